@@ -1,0 +1,1 @@
+"""Shipped host profiles (YAML); loaded by tuner.profiles."""

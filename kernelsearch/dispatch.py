@@ -1,0 +1,123 @@
+"""Runtime dispatch for model code:
+
+    from kernelsearch import dispatch
+    dispatch.install(table)                 # DispatchTable, its dict form, a path; None clears
+    y = dispatch.call("rmsnorm", x, weight, eps)   # or dispatch.rmsnorm(x, weight, eps)
+
+A call whose (family, dtype, shape) falls inside a validated range of the installed table runs
+that kernel; anything else (no table, another shape, a CPU tensor, an odd layout) runs the plain
+torch op. Lookups are cached per shape, so the steady-state cost is one dict lookup."""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from kernelsearch.table import DispatchTable
+
+_table: Optional[DispatchTable] = None
+_cache: dict[tuple, Optional[Callable]] = {}
+_stats: dict[str, int] = {"kernel": 0, "fallback": 0}
+
+
+def install(table: Union[None, DispatchTable, dict, str, Path]) -> Optional[DispatchTable]:
+    """Install a dispatch table (None clears it). Returns the installed table."""
+    global _table
+    if table is None:
+        _table = None
+    elif isinstance(table, DispatchTable):
+        _table = table
+    elif isinstance(table, dict):
+        _table = DispatchTable.from_dict(table.get("kernels", table) if "entries" not in table
+                                         else table)
+    else:
+        _table = DispatchTable.load(table)
+    _cache.clear()
+    return _table
+
+
+def installed() -> Optional[DispatchTable]:
+    return _table
+
+
+def stats() -> dict[str, int]:
+    """How many calls ran a table kernel and how many fell back to torch (since install)."""
+    return dict(_stats)
+
+
+def _usable(family: str, args) -> bool:
+    """Kernels run on CUDA tensors (or anywhere under the Triton interpreter), all on one device;
+    decode attention also needs unit stride along the head dim (the others handle any layout)."""
+    import torch
+
+    ts = [a for a in args if isinstance(a, torch.Tensor)]
+    if not ts:
+        return False
+    dev = ts[0].device
+    if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    if any(t.device != dev for t in ts):
+        return False
+    return family != "decode_attention" or all(t.stride(-1) == 1 for t in ts)
+
+
+@functools.lru_cache(maxsize=None)
+def _forward(family: str, variant: str) -> Callable:
+    return importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
+
+
+def _resolve(family: str, args) -> Optional[Callable]:
+    from kernelsearch.families import get
+    from kernelsearch.families.base import dtype_name
+
+    fam = get(family)
+    dtype = dtype_name(args[0].dtype)
+    try:
+        shape = tuple(int(v) for v in fam.shape_of(*args))
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None  # not a shape this family's kernels take: torch handles it
+    if family == "matmul" and (args[0].dim() != 2 or args[1].dim() != 2):
+        return None
+    key = (family, dtype, shape)
+    if key in _cache:
+        return _cache[key]
+    fn = None
+    if _table is not None and _usable(family, args):
+        e = _table.lookup(family, dtype, fam.dims_dict(shape))
+        if e is not None:
+            fn = functools.partial(_forward(family, e.variant), **e.config)
+    _cache[key] = fn
+    return fn
+
+
+def call(family: str, *args: Any) -> Any:
+    fn = _resolve(family, args) if _table is not None else None
+    if fn is None:
+        _stats["fallback"] += 1
+        from kernelsearch.families import get
+
+        return get(family).torch_default(*args)
+    _stats["kernel"] += 1
+    return fn(*args)
+
+
+def softmax(x):
+    return call("softmax", x)
+
+
+def rmsnorm(x, weight, eps: float = 1e-6):
+    return call("rmsnorm", x, weight, eps)
+
+
+def swiglu(gate, up):
+    return call("swiglu", gate, up)
+
+
+def matmul(a, b):
+    return call("matmul", a, b)
+
+
+def decode_attention(q, k, v):
+    return call("decode_attention", q, k, v)

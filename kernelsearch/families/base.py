@@ -1,0 +1,122 @@
+"""What every kernel family provides: reference, variants, space, shapes, tolerances, roofline."""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+Shape = tuple  # family-specific tuple of ints (e.g. (rows, cols) or (M, N, K))
+
+# Tolerances by output dtype: (atol, rtol) elementwise against the float64 reference, plus a bound
+# on ||out - ref|| / ||ref||. fp32 math lands far under 1e-5; bf16 output rounding is 2^-8.
+TOLERANCES: dict[str, tuple[float, float, float]] = {
+    "float32": (1e-5, 1e-4, 2e-5),
+    "float16": (2e-3, 4e-3, 2e-3),
+    "bfloat16": (1.6e-2, 1.6e-2, 1e-2),
+}
+
+# Value distributions the correctness stage draws from (fresh seed every check).
+DISTRIBUTIONS = ("normal", "uniform_wide", "outliers", "small")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel implementation: a candidate-format source file plus its parameter space."""
+
+    name: str
+    file: Path
+    dims: dict[str, list]  # parameter -> allowed values
+    valid: Callable[[dict, Shape], bool] = lambda cfg, shape: True
+
+    def configs(self, shape: Optional[Shape] = None) -> list[dict]:
+        keys = list(self.dims)
+        out = []
+        for vals in itertools.product(*(self.dims[k] for k in keys)):
+            cfg = dict(zip(keys, vals))
+            if shape is None or self.valid(cfg, shape):
+                out.append(cfg)
+        return out
+
+
+@dataclass
+class Family:
+    name: str
+    signature: str  # e.g. "forward(x, weight, eps)"
+    dtypes: tuple[str, ...]
+    variants: dict[str, Variant]
+    search_shapes: list[Shape]  # used by the search
+    heldout_shapes: list[Shape]  # never searched on: final correctness checks only
+    tiny_shapes: list[Shape]  # for the CPU interpreter (CI)
+    make_inputs: Callable[..., tuple]  # (shape, dtype, device, gen, dist) -> args tuple
+    reference: Callable[..., Any]  # float64 reference on the same args
+    torch_default: Callable[..., Any]  # the plain torch op (dispatch fallback, eager baseline)
+    out_spec: Callable[..., tuple]  # args -> (shape tuple, torch dtype)
+    bytes_moved: Callable[[Shape, int], float]  # fewest bytes through memory (read + write)
+    flops: Callable[[Shape], float]
+    shape_of: Callable[..., Shape]  # args -> shape tuple (inverse of make_inputs)
+    shape_dims: tuple[str, ...]  # names of the shape tuple's entries
+    exact_dims: tuple[str, ...]  # dims a dispatch entry matches exactly (model dims)
+    range_dims: tuple[str, ...]  # dims a dispatch entry covers by a validated range
+    bound: str = "memory"  # "memory" or "compute"
+    sweep_shapes: list[Shape] = field(default_factory=list)  # benchmark sweep (GPU)
+
+    def tolerance(self, dtype: str) -> tuple[float, float, float]:
+        return TOLERANCES[dtype]
+
+    def variant(self, name: str) -> Variant:
+        if name not in self.variants:
+            raise KeyError(f"family {self.name!r} has no variant {name!r}; "
+                           f"expected one of {sorted(self.variants)}")
+        return self.variants[name]
+
+    def space(self, shape: Optional[Shape] = None) -> list[tuple[str, dict]]:
+        """Every valid (variant, config) for a shape: the exhaustive grid."""
+        return [(v.name, c) for v in self.variants.values() for c in v.configs(shape)]
+
+    def dims_dict(self, shape: Shape) -> dict[str, int]:
+        return dict(zip(self.shape_dims, shape))
+
+
+def dtype_of(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def dtype_name(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def element_size(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+
+
+def randn(shape, dtype, device, gen, dist: str, scale: float = 1.0):
+    """Random values of a named distribution, drawn in float32 on the CPU from `gen` (so one seed
+    gives one input on any device), then cast. Never zeros: they hide unwritten outputs."""
+    import torch
+
+    # a sub-seed from `gen`, then a generator on the target device (GPU-sized inputs are drawn
+    # there: drawing 1 GB on the CPU would dominate a benchmark)
+    sub = int(torch.randint(0, 2 ** 62, (1,), generator=gen))
+    g = torch.Generator(device=device).manual_seed(sub)
+    kw = dict(generator=g, device=device)
+    if dist == "normal":
+        t = torch.randn(shape, **kw)
+    elif dist == "uniform_wide":
+        t = (torch.rand(shape, **kw) * 2 - 1) * 30.0
+    elif dist == "outliers":
+        t = torch.randn(shape, **kw)
+        mask = torch.rand(shape, **kw) < 0.01
+        t = torch.where(mask, t * 50.0, t)
+    elif dist == "small":
+        t = torch.randn(shape, **kw) * 1e-2 + 1e-3
+    else:
+        raise ValueError(f"unknown distribution {dist!r}; expected one of {DISTRIBUTIONS}")
+    return (t * scale).to(dtype=dtype_of(dtype) if isinstance(dtype, str) else dtype)
+
+
+def pow2_at_least(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))

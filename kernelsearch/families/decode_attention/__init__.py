@@ -1,0 +1,73 @@
+"""Decode attention (one query token per sequence, GQA): forward(q, k, v) with q [B, HQ, D] and a
+KV cache k, v [B, HKV, L, D]; scale 1/sqrt(D). Memory-bound on the KV cache."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelsearch.families.base import Family, Variant, pow2_at_least, randn
+
+HERE = Path(__file__).parent
+
+
+def make_inputs(shape, dtype, device, gen, dist="normal"):
+    B, HQ, HKV, L, D = shape
+    q = randn((B, HQ, D), dtype, device, gen, dist)
+    k = randn((B, HKV, L, D), dtype, device, gen, dist)
+    v = randn((B, HKV, L, D), dtype, device, gen, "normal")
+    return (q, k, v)
+
+
+def reference(q, k, v):
+    """float64, per kv head group (no repeat of K/V: a 128k-token cache stays affordable)."""
+    import torch
+
+    B, HQ, D = q.shape
+    HKV = k.shape[1]
+    qd = q.double().view(B, HKV, HQ // HKV, D)
+    kd, vd = k.double(), v.double()
+    s = torch.einsum("bkgd,bkld->bkgl", qd, kd) / D ** 0.5
+    out = torch.einsum("bkgl,bkld->bkgd", torch.softmax(s, dim=-1), vd)
+    return out.reshape(B, HQ, D)
+
+
+def torch_default(q, k, v):
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q.unsqueeze(2), k, v, enable_gqa=True).squeeze(2)
+
+
+def _valid(cfg, shape):
+    L = shape[3]
+    if cfg["SPLIT"] < cfg["BLOCK_N"] or cfg["SPLIT"] > max(cfg["BLOCK_N"], pow2_at_least(L)):
+        return False
+    if L // cfg["SPLIT"] > 1024:
+        return False
+    return cfg["num_warps"] * 32 * 4 <= cfg["BLOCK_N"] * shape[4] or cfg["num_warps"] == 2
+
+
+FAMILY = Family(
+    name="decode_attention",
+    signature="forward(q, k, v)",
+    dtypes=("bfloat16", "float16"),
+    variants={
+        "splitkv": Variant("splitkv", HERE / "splitkv.py",
+                           {"BLOCK_N": [16, 32, 64, 128], "SPLIT": [128, 256, 512, 1024, 2048],
+                            "STAGES": [1, 2, 3], "num_warps": [2, 4, 8]}, _valid),
+    },
+    search_shapes=[(8, 32, 8, 1024, 128), (8, 32, 8, 4096, 128), (8, 32, 8, 16384, 128),
+                   (8, 32, 8, 32768, 128), (8, 32, 8, 131072, 128), (1, 32, 8, 8192, 128)],
+    sweep_shapes=[(8, 32, 8, 1024, 128), (8, 32, 8, 4096, 128), (8, 32, 8, 16384, 128),
+                  (8, 32, 8, 32768, 128), (8, 32, 8, 131072, 128), (1, 32, 8, 8192, 128)],
+    heldout_shapes=[(3, 12, 4, 1000, 64), (2, 8, 8, 777, 128), (5, 32, 8, 5000, 128)],
+    tiny_shapes=[(2, 4, 2, 37, 16), (1, 8, 2, 70, 32), (2, 2, 2, 20, 16)],
+    make_inputs=make_inputs,
+    reference=reference,
+    torch_default=torch_default,
+    out_spec=lambda q, k, v: (tuple(q.shape), q.dtype),
+    bytes_moved=lambda s, es: (2.0 * s[0] * s[2] * s[3] * s[4] + 2.0 * s[0] * s[1] * s[4]) * es,
+    flops=lambda s: 4.0 * s[0] * s[1] * s[3] * s[4],
+    shape_of=lambda q, k, v: (q.shape[0], q.shape[1], k.shape[1], k.shape[2], q.shape[2]),
+    shape_dims=("B", "HQ", "HKV", "L", "D"),
+    exact_dims=("HQ", "HKV", "D"),
+    range_dims=("B", "L"),
+)

@@ -1,0 +1,29 @@
+"""Shared pieces of the row-wise memory-bound families (softmax, rmsnorm, swiglu): shapes are
+(rows, cols) with the reduction or the model dim on cols."""
+from __future__ import annotations
+
+from kernelsearch.families.base import pow2_at_least
+
+# shapes the facts were measured on, plus Llama decode/prefill sizes (d 4096, ffn 14336)
+SWEEP = [(8, 4096), (8, 8192), (256, 4096), (4096, 4096), (16384, 8192), (65536, 8192),
+         (32768, 18992)]
+HELDOUT = [(37, 8191), (1000, 5000), (3, 18992), (513, 4097), (1, 14336)]
+TINY = [(3, 17), (8, 64), (5, 300), (1, 1000)]
+
+
+def row_valid(cfg: dict, shape) -> bool:
+    """Whole row(s) in registers: at most 64 fp32 values per thread, and no warps left idle."""
+    block = pow2_at_least(shape[1])
+    per_thread = cfg["ROWS"] * block / (32 * cfg["num_warps"])
+    if per_thread > 64:
+        return False
+    if cfg["ROWS"] > 1 and cfg["ROWS"] > pow2_at_least(shape[0]):
+        return False
+    return per_thread >= 1 or cfg["num_warps"] == 1
+
+
+def looped_valid(cfg: dict, shape) -> bool:
+    """Chunked loop over the row: the chunk must not exceed the row, or 16 values per thread."""
+    if cfg["BLOCK"] > max(pow2_at_least(shape[1]) // 2, 128):
+        return False
+    return cfg["BLOCK"] / (32 * cfg["num_warps"]) <= 16

@@ -1,0 +1,191 @@
+"""Correctness stage: the candidate against the family's float64 reference, on fresh random
+inputs every check. Raises `Rejected(stage="correctness", ...)` at the first failure."""
+from __future__ import annotations
+
+import functools
+import os
+import random
+from typing import Optional
+
+import torch
+
+from kernelsearch.families.base import DISTRIBUTIONS, Family, dtype_name
+from kernelsearch.harness import guard, sandbox
+from kernelsearch.harness.verdict import Rejected
+
+
+def _fail(rule: str, detail: str, code: str = "incorrect") -> Rejected:
+    return Rejected("correctness", code, rule, detail)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().contiguous()
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(
+        {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def _overlaps(out: torch.Tensor, args) -> bool:
+    if out.numel() == 0:
+        return False
+    lo = out.data_ptr()
+    hi = lo + out.untyped_storage().nbytes()
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.numel():
+            alo = a.untyped_storage().data_ptr()
+            ahi = alo + a.untyped_storage().nbytes()
+            if lo < ahi and alo < hi:
+                return True
+    return False
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, family: Family, where: str) -> None:
+    atol, rtol, nrm = family.tolerance(dtype)
+    o = out.double()
+    if torch.isnan(o).any() and not torch.isnan(ref).any():
+        n = int(torch.isnan(o).sum())
+        raise _fail("unwritten", f"{where}: {n} of {o.numel()} output elements are NaN "
+                    "(poisoned and never written, or NaN computed)")
+    if not torch.isfinite(o).all():
+        raise _fail("non_finite", f"{where}: output has inf where the reference is finite")
+    scale = max(float(ref.pow(2).mean().sqrt()), 1e-30)
+    err = (o - ref).abs()
+    bad = err > atol * scale + rtol * ref.abs()
+    rel = float((o - ref).norm() / max(float(ref.norm()), 1e-30))
+    if bad.any() or rel > nrm:
+        i = int(bad.flatten().nonzero()[0]) if bad.any() else int(err.flatten().argmax())
+        raise _fail("tolerance", f"{where}: rel-norm error {rel:.3g} (bound {nrm:g}); "
+                    f"{int(bad.sum())} elements out of tolerance, e.g. flat index {i}: "
+                    f"got {float(o.flatten()[i]):.6g}, want {float(ref.flatten()[i]):.6g}")
+
+
+class Runner:
+    """Runs one candidate module (and its ghost) under the sandbox."""
+
+    def __init__(self, source: str, config: Optional[dict] = None):
+        self.source = source
+        self.kernels = guard.launched_kernels(source)
+        self.mod = sandbox.load(source, "cand")
+        self.files = {self.mod.__file__}
+        self.counters = sandbox.instrument(self.mod, self.kernels)
+        self.config = dict(config or {})
+        self._ghost = None
+
+    @property
+    def ghost(self):
+        if self._ghost is None:
+            self._ghost = sandbox.load(guard.ghost_source(self.source), "ghost")
+        return self._ghost
+
+    def call(self, args, ghost: bool = False):
+        mod = self.ghost if ghost else self.mod
+        box = sandbox.Sandbox({mod.__file__})
+        before = sum(c.count for c in self.counters)
+        with sandbox.Watch({mod.__file__}) as w:
+            with box:
+                out = mod.forward(*args, **self.config)
+        if w.new_threads:
+            raise Rejected("correctness", "guard_failed", "thread",
+                           f"forward started threads: {w.new_threads}")
+        if w.patched:
+            sandbox.restore()
+            raise Rejected("correctness", "guard_failed", "timer",
+                           f"forward replaced harness timers: {w.patched}")
+        if box.violations:
+            raise Rejected("correctness", "guard_failed", "torch_compute",
+                           "forward called torch ops beyond allocation and views: "
+                           + ", ".join(sorted(set(box.violations))[:8]))
+        launches = sum(c.count for c in self.counters) - before
+        return out, launches
+
+    def fast_forward(self):
+        """The candidate as plain callable (timing): no sandbox, config bound."""
+        return functools.partial(self.mod.forward, **self.config)
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], device: str,
+          seeds: int = 2, log: Optional[list] = None) -> list[str]:
+    """Every check; returns the list of passed checks (raises Rejected on the first failure)."""
+    log = log if log is not None else []
+    rng = random.Random(_fresh_seed())
+    ghost_done = False
+    for shape in shapes:
+        for dtype in dtypes:
+            for _ in range(seeds):
+                seed = _fresh_seed()
+                dist = rng.choice(DISTRIBUTIONS)
+                where = f"shape {tuple(shape)} {dtype} {dist} seed {seed}"
+                gen = torch.Generator().manual_seed(seed)
+                args = family.make_inputs(tuple(shape), dtype, device, gen, dist)
+                saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+                ref = family.reference(*args)
+                out, launches = runner.call(args)
+                if launches == 0:
+                    raise _fail("no_launch", f"{where}: forward returned without launching "
+                                "any kernel")
+                if type(out) is not torch.Tensor:
+                    raise _fail("not_plain_tensor", f"{where}: forward returned "
+                                f"{type(out).__name__}, expected a plain torch.Tensor")
+                want_shape, want_dtype = family.out_spec(*args)
+                if tuple(out.shape) != tuple(want_shape) or out.dtype != want_dtype:
+                    raise _fail("wrong_shape_or_dtype", f"{where}: got {tuple(out.shape)} "
+                                f"{dtype_name(out.dtype)}, want {tuple(want_shape)} "
+                                f"{dtype_name(want_dtype)}")
+                if out.device.type != torch.device(device).type:
+                    raise _fail("wrong_device", f"{where}: output on {out.device}")
+                for a, s in zip(args, saved):
+                    if isinstance(a, torch.Tensor) and not sandbox_equal(a, s):
+                        raise _fail("input_mutated", f"{where}: forward changed an input")
+                if _overlaps(out, args):
+                    raise _fail("aliases_input", f"{where}: output shares memory with an input")
+                compare(out, ref, dtype, family, where)
+                out2, _ = runner.call(args)
+                if not bit_equal(out, out2):
+                    raise _fail("nondeterministic", f"{where}: a second run on the same inputs "
+                                "was not bit-identical")
+                # same buffers, new values: a result cached on data_ptr shows up here
+                gen2 = torch.Generator().manual_seed(seed ^ 0x5EED)
+                fresh = family.make_inputs(tuple(shape), dtype, device, gen2, dist)
+                for a, f in zip(args, fresh):
+                    if isinstance(a, torch.Tensor):
+                        a.copy_(f)
+                out3, _ = runner.call(args)
+                compare(out3, family.reference(*args), dtype, family,
+                        where + " (inputs rewritten in place)")
+                if not ghost_done:
+                    gout, _ = runner.call(args, ghost=True)
+                    if isinstance(gout, torch.Tensor) and bit_equal(gout, out3):
+                        raise _fail("ghost_unchanged", f"{where}: with every kernel body "
+                                    "replaced by a no-op the output did not change")
+                    ghost_done = True
+                log.append(f"{tuple(shape)} {dtype} {dist}")
+    return log
+
+
+def sandbox_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bit_equal(a, b)
+
+
+def random_shapes(family: Family, n: int, big: bool = False) -> list:
+    """Shapes nobody chose: odd sizes drawn fresh for every check (tiny ones for the CPU)."""
+    r = random.Random(_fresh_seed())
+    out = []
+    for _ in range(n):
+        if family.name in ("softmax", "rmsnorm", "swiglu"):
+            out.append((r.randint(1, 64 if big else 6), r.randint(1, 20000 if big else 2500)))
+        elif family.name == "matmul":
+            m = r.choice([r.randint(1, 16), r.randint(17, 700 if big else 40)])
+            out.append((m, r.randint(1, 3000 if big else 70), r.randint(1, 3000 if big else 90)))
+        elif family.name == "decode_attention":
+            hkv = r.randint(1, 8 if big else 2)
+            g = r.choice([1, 2, 4, 8])
+            out.append((r.randint(1, 4 if big else 2), hkv * g, hkv,
+                        r.randint(1, 20000 if big else 150), r.choice([64, 128] if big else [16, 32])))
+    return out

@@ -1,0 +1,307 @@
+"""Static guard on candidate source (AST, never regex, never executed).
+
+A candidate is a module defining `forward(...)` that launches module-level `@triton.jit` kernels.
+Outside kernel bodies it may allocate (torch.empty*, zeros*), take views and metadata, and do
+integer arithmetic for grids; nothing else. Each violation has a rule name (the verdict's `rule`)."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+ALLOWED_IMPORTS = {"torch", "triton", "triton.language", "math", "typing", "__future__"}
+THREAD_MODULES = {"threading", "_thread", "concurrent", "multiprocessing", "asyncio"}
+TIMER_MODULES = {"time", "timeit"}
+
+TORCH_ALLOC = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like"}
+TORCH_VALUES = {"float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8",
+                "float8_e4m3fn", "float8_e5m2", "bool", "float", "half", "Tensor", "device",
+                "dtype", "Size"}
+TRITON_ALLOWED = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "Config",
+                  "language"}
+METHOD_ALLOWED = {"size", "stride", "numel", "dim", "is_contiguous", "contiguous", "view",
+                  "reshape", "flatten", "unsqueeze", "squeeze", "t", "transpose", "permute",
+                  "expand", "data_ptr", "element_size", "new_empty", "unbind",
+                  "append", "get", "items", "keys", "values", "index"}
+BUILTINS_ALLOWED = {"int", "float", "bool", "len", "range", "min", "max", "tuple", "list",
+                    "isinstance", "abs", "divmod", "enumerate", "zip", "round", "pow", "all",
+                    "any", "print", "str", "ValueError", "TypeError", "AssertionError"}
+DYNAMIC = {"exec", "eval", "compile", "__import__"}
+REFLECTION = {"getattr", "setattr", "delattr", "globals", "locals", "vars", "open",
+              "breakpoint", "input", "type", "object", "super", "id", "hash", "memoryview",
+              "__builtins__"}
+STREAM_WORDS = ("stream", "event", "graph", "synchronize")
+TIMER_WORDS = {"testing", "do_bench", "do_bench_cudagraph", "perf_counter", "elapsed_time",
+               "monotonic", "time_ns", "process_time"}
+JIT_DECORATORS = {"jit", "autotune", "heuristics"}
+
+
+@dataclass
+class Violation:
+    rule: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: [{self.rule}] {self.message}"
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    if isinstance(node, ast.Call):
+        return _dotted(node.func) + "()"
+    return "?"
+
+
+def _is_jit(fn: ast.FunctionDef) -> bool:
+    for d in fn.decorator_list:
+        target = d.func if isinstance(d, ast.Call) else d
+        if _dotted(target).split(".")[-1] in JIT_DECORATORS:
+            return True
+    return False
+
+
+def _const_expr(node: ast.AST) -> bool:
+    """Module-level values may only be immutable constants (no caches, no registries)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Tuple):
+        return all(_const_expr(e) for e in node.elts)
+    if isinstance(node, (ast.UnaryOp,)):
+        return _const_expr(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _const_expr(node.left) and _const_expr(node.right)
+    if isinstance(node, ast.Call) and _dotted(node.func) in ("tl.constexpr", "triton.language.constexpr"):
+        return all(_const_expr(a) for a in node.args)
+    return False
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self, tree: ast.Module):
+        self.v: list[Violation] = []
+        self.aliases: dict[str, str] = {}  # local name -> module path
+        self.jit_names: set[str] = set()
+        self.module_funcs: set[str] = set()
+        self.launched: set[str] = set()
+        self.in_jit = False
+        self.tree = tree
+
+    def add(self, rule: str, node: ast.AST, msg: str) -> None:
+        self.v.append(Violation(rule, getattr(node, "lineno", 0), msg))
+
+    # ---- module level -------------------------------------------------------------------
+    def run(self) -> list[Violation]:
+        for node in self.tree.body:
+            if isinstance(node, ast.FunctionDef):
+                self.module_funcs.add(node.name)
+                if _is_jit(node):
+                    self.jit_names.add(node.name)
+        for node in self.tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.visit(node)
+            elif isinstance(node, ast.FunctionDef):
+                self._function(node, top=True)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue  # docstring
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                value = node.value
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not all(isinstance(t, ast.Name) for t in targets) or value is None \
+                        or not _const_expr(value):
+                    self.add("module_state", node, "module-level state other than constants "
+                             "(caches and registries are not allowed)")
+            elif isinstance(node, ast.ClassDef):
+                self.add("module_state", node, f"class {node.name} at module level")
+            else:
+                self.add("module_state", node,
+                         f"module-level {type(node).__name__} statement (only imports, "
+                         "functions and constants)")
+                self.generic_visit(node)
+        if "forward" not in self.module_funcs:
+            self.add("no_forward", self.tree, "the module defines no forward(...)")
+        elif "forward" in self.jit_names:
+            self.add("no_forward", self.tree, "forward must be a plain Python function")
+        if not self.launched:
+            self.add("no_launch", self.tree,
+                     "no module-level @triton.jit kernel is launched (kernel[grid](...))")
+        return self.v
+
+    def _function(self, fn: ast.FunctionDef, top: bool) -> None:
+        jit = _is_jit(fn)
+        if not jit:
+            for d in fn.decorator_list:
+                self.add("module_state", d, f"decorator {_dotted(d)} on {fn.name} "
+                         "(caching decorators are not allowed)")
+        for default in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:
+            if not _const_expr(default):
+                self.add("module_state", default, f"mutable or computed default in {fn.name}")
+        prev, self.in_jit = self.in_jit, jit
+        for stmt in fn.body:
+            self.visit(stmt)
+        self.in_jit = prev
+
+    # ---- statements -----------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._import(node, a.name)
+            self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        mod = node.module or ""
+        for a in node.names:
+            full = f"{mod}.{a.name}"
+            if mod == "triton" and a.name in TRITON_ALLOWED:
+                self.aliases[a.asname or a.name] = full
+            elif mod == "triton.language" or mod == "__future__" or mod == "typing":
+                self.aliases[a.asname or a.name] = full
+            elif mod == "torch" and a.name in TORCH_VALUES | TORCH_ALLOC:
+                self.aliases[a.asname or a.name] = full
+            else:
+                self._import(node, full)
+
+    def _import(self, node: ast.AST, name: str) -> None:
+        root = name.split(".")[0]
+        if root in THREAD_MODULES:
+            self.add("thread", node, f"import of {name}: candidates may not start threads")
+        elif root in TIMER_MODULES or name.startswith("triton.testing"):
+            self.add("timer", node, f"import of {name}: candidates may not touch timers")
+        elif name not in ALLOWED_IMPORTS:
+            self.add("import", node, f"import of {name} (allowed: {sorted(ALLOWED_IMPORTS)})")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._function(node, top=False)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.add("module_state", node, f"class {node.name} inside a candidate")
+
+    def visit_Try(self, node: ast.AST) -> None:
+        self.add("try_except", node, "try/except (a fallback path) is not allowed")
+        self.generic_visit(node)
+
+    visit_TryStar = visit_Try
+
+    def visit_With(self, node: ast.With) -> None:
+        self.generic_visit(node)  # a stream in the header is reported as such first
+        self.add("context_manager", node, "with-statements are not allowed (streams, suppress)")
+
+    def visit_Global(self, node: ast.AST) -> None:
+        self.add("module_state", node, "global/nonlocal state")
+
+    visit_Nonlocal = visit_Global
+
+    def _targets(self, targets: list[ast.AST], node: ast.AST) -> None:
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    self.add("monkey_patch", node, f"assignment to attribute {_dotted(sub)}")
+                elif isinstance(sub, ast.Subscript) and isinstance(sub.ctx, (ast.Store, ast.Del)) \
+                        and not self.in_jit:
+                    self.add("torch_compute", node,
+                             f"write into {_dotted(sub.value)}[...] outside a kernel")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._targets(node.targets, node)
+        self.visit(node.value)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._targets([node.target], node)
+        self.visit(node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._targets([node.target], node)
+        if node.value is not None:
+            self.visit(node.value)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        self._targets(node.targets, node)
+
+    # ---- expressions ----------------------------------------------------------------------
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = node.attr
+        low = name.lower()
+        if name.startswith("_"):
+            self.add("reflection", node, f"private or dunder attribute .{name}")
+        elif any(w in low for w in STREAM_WORDS) and not self.in_jit:
+            self.add("stream", node, f"{_dotted(node)}: streams, events, graphs and syncs "
+                     "belong to the harness")
+        elif name in TIMER_WORDS:
+            self.add("timer", node, f"{_dotted(node)}: candidates may not touch timers")
+        elif not self.in_jit:
+            dotted = _dotted(node)
+            root = dotted.split(".")[0]
+            mod = self.aliases.get(root, "")
+            if mod == "torch":
+                rest = dotted.split(".")[1:]
+                if rest and rest[0] == "cuda":
+                    self.add("stream", node, f"{dotted}: torch.cuda API inside a candidate")
+                elif rest and rest[0] not in TORCH_ALLOC | TORCH_VALUES:
+                    self.add("torch_compute", node, f"{dotted}: torch ops are not allowed "
+                             "outside allocation and views")
+            elif mod == "triton":
+                rest = dotted.split(".")[1:]
+                if rest and rest[0] not in TRITON_ALLOWED:
+                    self.add("reflection", node, f"{dotted}: triton internals are off limits")
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult) and not self.in_jit:
+            self.add("torch_compute", node, "matrix product (@) outside a kernel")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        f = node.func
+        if isinstance(f, ast.Name):
+            if f.id in DYNAMIC:
+                self.add("dynamic_code", node, f"{f.id}(...) is not allowed")
+            elif f.id in REFLECTION:
+                self.add("reflection", node, f"{f.id}(...) is not allowed")
+            elif not self.in_jit and f.id not in BUILTINS_ALLOWED | self.module_funcs \
+                    and f.id not in self.aliases:
+                self.add("dynamic_code", node, f"call of unknown name {f.id}")
+            elif not self.in_jit and f.id in self.jit_names:
+                self.add("no_launch", node, f"{f.id} called without a launch grid")
+        elif isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) \
+                and f.value.id in self.jit_names and not self.in_jit:
+            self.launched.add(f.value.id)
+        elif isinstance(f, ast.Attribute) and not self.in_jit:
+            root = _dotted(f).split(".")[0]
+            if root not in self.aliases and f.attr not in METHOD_ALLOWED \
+                    and not f.attr.startswith("_"):
+                self.add("torch_compute", node, f".{f.attr}(...): only allocation, views and "
+                         "metadata are allowed outside kernels")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in DYNAMIC | REFLECTION and isinstance(node.ctx, ast.Load) and not self.in_jit:
+            self.add("reflection", node, f"reference to {node.id}")
+
+
+def check_source(source: str) -> list[Violation]:
+    """All guard violations in a candidate's source (empty list: the guard passes)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return [Violation("syntax", e.lineno or 0, f"syntax error: {e.msg}")]
+    return _Checker(tree).run()
+
+
+def launched_kernels(source: str) -> set[str]:
+    """Names of the jit kernels `forward` launches (for the runtime launch counter)."""
+    c = _Checker(ast.parse(source))
+    c.run()
+    return c.launched
+
+
+def ghost_source(source: str) -> str:
+    """The candidate with every @triton.jit body replaced by a no-op (the 'ghost' run)."""
+    tree = ast.parse(source)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and _is_jit(node):
+            node.body = [ast.Pass()]
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree)

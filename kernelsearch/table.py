@@ -1,0 +1,170 @@
+"""Dispatch table: for each (family, dtype, shape bucket) the chosen variant and config and the
+shape range it was validated on. Plain data; round-trips through a dict (the `kernels:` section of
+a host profile) and JSON."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+VERSION = 1
+
+
+class TableError(ValueError):
+    """A malformed dispatch table: names the field and what was expected."""
+
+
+@dataclass
+class Entry:
+    family: str
+    dtype: str
+    match: dict[str, int]  # dims that must equal (model dims: cols, N/K, heads, head dim)
+    ranges: dict[str, list[int]]  # dim -> [lo, hi], inclusive, validated range
+    variant: str
+    config: dict[str, Any]
+    speedup: Optional[float] = None  # vs the faster torch baseline where measured
+    measured: list[dict] = field(default_factory=list)  # shapes timed/checked for this entry
+
+    def covers(self, dims: dict[str, int]) -> bool:
+        for k, v in self.match.items():
+            if dims.get(k) != v:
+                return False
+        for k, (lo, hi) in self.ranges.items():
+            if not lo <= dims.get(k, -1) <= hi:
+                return False
+        return True
+
+
+@dataclass
+class DispatchTable:
+    entries: list[Entry] = field(default_factory=list)
+    device: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def lookup(self, family: str, dtype: str, dims: dict[str, int]) -> Optional[Entry]:
+        for e in self.entries:
+            if e.family == family and e.dtype == dtype and e.covers(dims):
+                return e
+        return None
+
+    def to_dict(self) -> dict:
+        return {"version": VERSION, "device": self.device, "meta": self.meta,
+                "entries": [asdict(e) for e in self.entries]}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "table") -> "DispatchTable":
+        if not isinstance(d, dict):
+            raise TableError(f"{where}: expected a mapping with 'entries', got {type(d).__name__}")
+        if d.get("version", VERSION) != VERSION:
+            raise TableError(f"{where}.version: expected {VERSION}, got {d.get('version')!r}")
+        entries = d.get("entries", [])
+        if not isinstance(entries, list):
+            raise TableError(f"{where}.entries: expected a list")
+        from kernelsearch.families import NAMES, get
+
+        out = []
+        for i, e in enumerate(entries):
+            w = f"{where}.entries[{i}]"
+            if not isinstance(e, dict):
+                raise TableError(f"{w}: expected a mapping")
+            for k in ("family", "dtype", "variant"):
+                if not isinstance(e.get(k), str):
+                    raise TableError(f"{w}.{k}: expected a string, got {e.get(k)!r}")
+            if e["family"] not in NAMES:
+                raise TableError(f"{w}.family: unknown family {e['family']!r}; expected one of "
+                                 f"{', '.join(NAMES)}")
+            fam = get(e["family"])
+            if e["variant"] not in fam.variants:
+                raise TableError(f"{w}.variant: {e['family']} has no variant {e['variant']!r}; "
+                                 f"expected one of {sorted(fam.variants)}")
+            if e["dtype"] not in fam.dtypes:
+                raise TableError(f"{w}.dtype: expected one of {fam.dtypes}, got {e['dtype']!r}")
+            cfg = e.get("config", {})
+            dims = fam.variants[e["variant"]].dims
+            if not isinstance(cfg, dict) or set(cfg) - set(dims):
+                raise TableError(f"{w}.config: expected keys among {sorted(dims)}, got "
+                                 f"{sorted(cfg) if isinstance(cfg, dict) else cfg!r}")
+            for k, v in cfg.items():
+                if v not in dims[k]:
+                    raise TableError(f"{w}.config.{k}: expected one of {dims[k]}, got {v!r}")
+            match = e.get("match", {})
+            ranges = e.get("ranges", {})
+            if not isinstance(match, dict) or not all(
+                    k in fam.shape_dims and isinstance(v, int) for k, v in match.items()):
+                raise TableError(f"{w}.match: expected integer values for dims of "
+                                 f"{fam.shape_dims}, got {match!r}")
+            if not isinstance(ranges, dict) or not all(
+                    k in fam.shape_dims and isinstance(r, list) and len(r) == 2
+                    and all(isinstance(x, int) for x in r) and r[0] <= r[1]
+                    for k, r in ranges.items()):
+                raise TableError(f"{w}.ranges: expected dim: [lo, hi] integer pairs (lo <= hi) "
+                                 f"for dims of {fam.shape_dims}, got {ranges!r}")
+            out.append(Entry(e["family"], e["dtype"], dict(match),
+                             {k: list(r) for k, r in ranges.items()}, e["variant"], dict(cfg),
+                             e.get("speedup"), list(e.get("measured", []))))
+        return cls(out, str(d.get("device", "")), dict(d.get("meta", {})))
+
+    def save(self, path: Union[str, Path]) -> None:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        tmp.replace(p)
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> "DispatchTable":
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise TableError(f"{p}: cannot read a dispatch table: {e}") from None
+        if isinstance(d, dict) and "kernels" in d and "entries" not in d:
+            d = d["kernels"]
+        return cls.from_dict(d, where=str(p))
+
+
+def build(family_name: str, results: list[dict], margin: float = 0.02,
+          device: str = "") -> list[Entry]:
+    """Entries from per-shape search results. Each result: {"shape", "dtype", "variant",
+    "config", "time_s", "baseline_s"} (baseline: the faster torch path). A shape gets an entry
+    only where the kernel beats the baseline by more than `margin`; its range along the family's
+    primary range dim runs to the geometric midpoints between measured shapes (never past the
+    smallest or largest measured one), and neighbours with the same winner merge."""
+    from kernelsearch.families import get
+
+    fam = get(family_name)
+    primary = fam.range_dims[-1]
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        dims = fam.dims_dict(tuple(r["shape"]))
+        key = (r["dtype"],) + tuple((k, dims[k]) for k in fam.shape_dims if k != primary)
+        groups.setdefault(key, []).append(dict(r, dims=dims))
+    entries: list[Entry] = []
+    for key, rs in groups.items():
+        rs.sort(key=lambda r: r["dims"][primary])
+        pts = [r["dims"][primary] for r in rs]
+        for i, r in enumerate(rs):
+            if r.get("variant") is None or r["time_s"] * (1 + margin) >= r["baseline_s"]:
+                continue
+            lo = pts[i] if i == 0 else math.floor(math.sqrt(pts[i - 1] * pts[i])) + 1
+            hi = pts[i] if i == len(rs) - 1 else math.floor(math.sqrt(pts[i] * pts[i + 1]))
+            lo, hi = min(lo, pts[i]), max(hi, pts[i])
+            match = {k: r["dims"][k] for k in fam.exact_dims}
+            ranges = {k: [r["dims"][k], r["dims"][k]] for k in fam.range_dims if k != primary}
+            ranges[primary] = [lo, hi]
+            meas = {"shape": list(r["shape"]), "time_us": r["time_s"] * 1e6,
+                    "baseline_us": r["baseline_s"] * 1e6}
+            prev = entries[-1] if entries else None
+            if prev and prev.family == family_name and prev.dtype == r["dtype"] \
+                    and prev.variant == r["variant"] and prev.config == r["config"] \
+                    and prev.match == match and prev.ranges[primary][1] + 1 == lo \
+                    and all(prev.ranges[k] == v for k, v in ranges.items() if k != primary):
+                prev.ranges[primary][1] = hi
+                prev.measured.append(meas)
+                prev.speedup = min(prev.speedup or 1e9, r["baseline_s"] / r["time_s"])
+                continue
+            entries.append(Entry(family_name, r["dtype"], match, ranges, r["variant"],
+                                 dict(r["config"]), r["baseline_s"] / r["time_s"], [meas]))
+    return entries

@@ -1,0 +1,278 @@
+"""The journal: a durable SQLite record of baselines, change intents and their outcome, incidents
+and quarantined candidates. Every record is committed *before* the action it describes, so after
+a crash (kill -9, power loss) the journal alone says what may have been written and how to undo it.
+
+Durability: `synchronous=FULL` with WAL. In WAL mode each commit is one append + fsync of the WAL
+(the rollback journal needs at least two fsyncs per commit), and readers (`status`, the watchdog
+polling the transaction state) never block the writer, nor the writer them. With FULL the WAL is
+fsynced at every commit, so a committed record survives power loss, not only a process crash.
+WAL needs the journal on a local filesystem (shared memory index), which /var/lib is.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from safety.incident import Incident
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- first value of each knob before metaltune first changed it, per physical thing (identity)
+CREATE TABLE IF NOT EXISTS baseline (
+    knob TEXT NOT NULL, identity TEXT NOT NULL, value TEXT NOT NULL, effect TEXT NOT NULL,
+    taken_at REAL NOT NULL, PRIMARY KEY (knob, identity));
+-- one transaction: a set of knob changes applied, probed and confirmed or rolled back together
+--   state: intent -> probation -> confirmed | rolling_back -> rolled_back | rollback_failed
+CREATE TABLE IF NOT EXISTS txns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, label TEXT NOT NULL, candidate_key TEXT,
+    state TEXT NOT NULL, created REAL NOT NULL, deadline REAL, probation_s REAL,
+    pid INTEGER, watchdog_pid INTEGER, reason TEXT, updated REAL NOT NULL);
+--   state: intent -> applied -> confirmed | rolled_back | rollback_failed
+CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, txn_id INTEGER NOT NULL REFERENCES txns(id),
+    seq INTEGER NOT NULL, knob TEXT NOT NULL, identity TEXT NOT NULL, effect TEXT NOT NULL,
+    before TEXT NOT NULL, after TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
+    applied_at REAL, resolved_at REAL, reason TEXT);
+CREATE INDEX IF NOT EXISTS changes_knob ON changes (knob, created);
+CREATE INDEX IF NOT EXISTS changes_txn ON changes (txn_id);
+CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, type TEXT NOT NULL,
+    severity TEXT NOT NULL, xid INTEGER, gpu TEXT, source TEXT, detail TEXT NOT NULL,
+    data TEXT, txn_id INTEGER, knob TEXT);
+CREATE TABLE IF NOT EXISTS quarantine (
+    key TEXT PRIMARY KEY, reason TEXT NOT NULL, incident_id INTEGER, txn_id INTEGER,
+    time REAL NOT NULL);
+"""
+
+OPEN_TXN_STATES = ("intent", "probation", "rolling_back")
+
+
+def _dump(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def _load(s: Optional[str]) -> Any:
+    return None if s is None else json.loads(s)
+
+
+class Journal:
+    """One SQLite file (default `<state_dir>/journal.db`). Safe to open from several processes
+    (the caller, its watchdog, `metaltune status`); one connection per thread."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._local = threading.local()
+        if not self.path.exists():  # root-only: the journal names devices and settings
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        c = self._conn()
+        c.executescript(_SCHEMA)  # idempotent; executescript commits on its own
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    @classmethod
+    def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> "Journal":
+        return cls(Path(state_dir) / "journal.db")
+
+    # -- connection ------------------------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None or getattr(self._local, "pid", None) != os.getpid():
+            # never reuse a connection across fork: open a fresh one in the child
+            c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=FULL")
+            c.execute("PRAGMA foreign_keys=ON")
+            c.row_factory = sqlite3.Row
+            self._local.conn, self._local.pid = c, os.getpid()
+        return c
+
+    class _Tx:
+        def __init__(self, c: sqlite3.Connection):
+            self.c = c
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.c.execute("BEGIN IMMEDIATE")
+            return self.c
+
+        def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+            self.c.execute("COMMIT" if et is None else "ROLLBACK")
+
+    def _tx(self) -> "Journal._Tx":
+        return Journal._Tx(self._conn())
+
+    def close(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None and self._local.pid == os.getpid():
+            c.close()
+        self._local.conn = None
+
+    # -- writes: each one a committed (fsynced) transaction ---------------------------------
+    def begin_txn(self, label: str, candidate_key: Optional[str], changes: list[dict[str, Any]],
+                  baseline: list[dict[str, Any]], deadline: float, probation_s: float) -> int:
+        """Baseline snapshots (first time only) + the transaction + one intent row per change,
+        atomically. `changes`: dicts with knob, identity, effect, before, after."""
+        now = time.time()
+        with self._tx() as c:
+            for b in baseline:
+                c.execute("INSERT OR IGNORE INTO baseline VALUES (?,?,?,?,?)",
+                          (b["knob"], b["identity"], _dump(b["value"]), b["effect"], now))
+            cur = c.execute(
+                "INSERT INTO txns (label, candidate_key, state, created, deadline, probation_s, pid,"
+                " updated) VALUES (?,?,'intent',?,?,?,?,?)",
+                (label, candidate_key, now, deadline, probation_s, os.getpid(), now))
+            txn_id = int(cur.lastrowid)
+            for i, ch in enumerate(changes):
+                c.execute(
+                    "INSERT INTO changes (txn_id, seq, knob, identity, effect, before, after, state,"
+                    " created) VALUES (?,?,?,?,?,?,?,'intent',?)",
+                    (txn_id, i, ch["knob"], ch["identity"], ch["effect"], _dump(ch["before"]),
+                     _dump(ch["after"]), now))
+        return txn_id
+
+    def set_watchdog(self, txn_id: int, pid: int) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE txns SET watchdog_pid=?, updated=? WHERE id=?", (pid, time.time(), txn_id))
+
+    def mark_applied(self, txn_id: int, knob: str) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE changes SET state='applied', applied_at=? WHERE txn_id=? AND knob=?"
+                      " AND state='intent'", (time.time(), txn_id, knob))
+
+    def start_probation(self, txn_id: int, deadline: float) -> bool:
+        with self._tx() as c:
+            n = c.execute("UPDATE txns SET state='probation', deadline=?, updated=? WHERE id=? AND"
+                          " state='intent'", (deadline, time.time(), txn_id)).rowcount
+        return n == 1
+
+    def confirm(self, txn_id: int, reason: str = "probation passed") -> bool:
+        """intent/probation -> confirmed. False when someone else already resolved it (the
+        watchdog rolled it back at the deadline): the journal is the arbiter."""
+        now = time.time()
+        with self._tx() as c:
+            n = c.execute("UPDATE txns SET state='confirmed', reason=?, updated=? WHERE id=? AND"
+                          " state='probation'", (reason, now, txn_id)).rowcount
+            if n:
+                c.execute("UPDATE changes SET state='confirmed', resolved_at=? WHERE txn_id=?",
+                          (now, txn_id))
+        return n == 1
+
+    def claim_rollback(self, txn_id: int, reason: str, *, steal: bool = False) -> bool:
+        """Take the right to roll a transaction back. `steal` (recovery, holding the writer
+        lock) also takes over a rollback whose owner died half-way."""
+        states = ("intent", "probation", "rolling_back", "rollback_failed") if steal \
+            else ("intent", "probation")
+        with self._tx() as c:
+            n = c.execute(
+                f"UPDATE txns SET state='rolling_back', reason=COALESCE(CASE WHEN state IN"
+                f" ('rolling_back', 'rollback_failed') THEN reason END, ?), pid=?, updated=? WHERE id=? AND state IN"
+                f" ({','.join('?' * len(states))})",
+                (reason, os.getpid(), time.time(), txn_id, *states)).rowcount
+        return n == 1
+
+    def mark_change(self, change_id: int, state: str, reason: Optional[str] = None) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE changes SET state=?, reason=?, resolved_at=? WHERE id=?",
+                      (state, reason, time.time(), change_id))
+
+    def finish_rollback(self, txn_id: int, ok: bool, reason: Optional[str] = None) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE txns SET state=?, reason=COALESCE(?, reason), updated=? WHERE id=?",
+                      ("rolled_back" if ok else "rollback_failed", reason, time.time(), txn_id))
+
+    def add_incident(self, inc: Incident) -> int:
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO incidents (time, type, severity, xid, gpu, source, detail, data, txn_id,"
+                " knob) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (inc.time, inc.type, inc.severity, inc.xid, inc.gpu, inc.source, inc.detail,
+                 _dump(inc.data), inc.txn_id, inc.knob))
+        inc.id = int(cur.lastrowid)
+        return inc.id
+
+    def quarantine(self, key: str, reason: str, incident_id: Optional[int] = None,
+                   txn_id: Optional[int] = None) -> None:
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO quarantine VALUES (?,?,?,?,?)",
+                      (key, reason, incident_id, txn_id, time.time()))
+
+    # -- reads ---------------------------------------------------------------------------
+    def txn(self, txn_id: int) -> Optional[dict[str, Any]]:
+        r = self._conn().execute("SELECT * FROM txns WHERE id=?", (txn_id,)).fetchone()
+        return dict(r) if r else None
+
+    def txn_state(self, txn_id: int) -> Optional[str]:
+        r = self._conn().execute("SELECT state FROM txns WHERE id=?", (txn_id,)).fetchone()
+        return r[0] if r else None
+
+    def changes(self, txn_id: int) -> list[dict[str, Any]]:
+        rows = self._conn().execute("SELECT * FROM changes WHERE txn_id=? ORDER BY seq", (txn_id,))
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["before"], d["after"] = _load(d["before"]), _load(d["after"])
+            out.append(d)
+        return out
+
+    def open_txns(self) -> list[dict[str, Any]]:
+        """Transactions never confirmed nor fully rolled back (oldest first)."""
+        rows = self._conn().execute(
+            f"SELECT * FROM txns WHERE state IN ({','.join('?' * len(OPEN_TXN_STATES))}) OR"
+            f" (state='rollback_failed') ORDER BY id", OPEN_TXN_STATES)
+        return [dict(r) for r in rows]
+
+    def txns(self, limit: int = 20) -> list[dict[str, Any]]:
+        rows = self._conn().execute("SELECT * FROM txns ORDER BY id DESC LIMIT ?", (limit,))
+        return [dict(r) for r in rows]
+
+    def baseline(self) -> dict[str, dict[str, Any]]:
+        """knob -> {identity, value, effect, taken_at} (latest identity when a device changed)."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self._conn().execute("SELECT * FROM baseline ORDER BY taken_at"):
+            out[r["knob"]] = {"identity": r["identity"], "value": _load(r["value"]),
+                              "effect": r["effect"], "taken_at": r["taken_at"]}
+        return out
+
+    def baseline_for(self, knob: str, identity: str) -> tuple[bool, Any]:
+        r = self._conn().execute("SELECT value FROM baseline WHERE knob=? AND identity=?",
+                                 (knob, identity)).fetchone()
+        return (True, _load(r[0])) if r else (False, None)
+
+    def count_changes(self, knob: str, since: float) -> int:
+        """Changes of `knob` journalled since `since` (every intent counts: it may have reached the
+        device). Rate limits are counted from here, so they hold across restarts."""
+        r = self._conn().execute("SELECT COUNT(*) FROM changes WHERE knob=? AND created>=?",
+                                 (knob, since)).fetchone()
+        return int(r[0])
+
+    def incidents(self, limit: int = 20, txn_id: Optional[int] = None) -> list[dict[str, Any]]:
+        q, args = "SELECT * FROM incidents", []
+        if txn_id is not None:
+            q, args = q + " WHERE txn_id=?", [txn_id]
+        rows = self._conn().execute(q + " ORDER BY id DESC LIMIT ?", (*args, limit))
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["data"] = _load(d["data"])
+            out.append(d)
+        return out
+
+    def is_quarantined(self, key: str) -> Optional[dict[str, Any]]:
+        r = self._conn().execute("SELECT * FROM quarantine WHERE key=?", (key,)).fetchone()
+        return dict(r) if r else None
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._conn().execute("SELECT * FROM quarantine ORDER BY time")]
+
+    def last_confirmed_value(self, knob: str, identity: str) -> tuple[bool, Any]:
+        r = self._conn().execute(
+            "SELECT after FROM changes WHERE knob=? AND identity=? AND state='confirmed'"
+            " ORDER BY id DESC LIMIT 1", (knob, identity)).fetchone()
+        return (True, _load(r[0])) if r else (False, None)

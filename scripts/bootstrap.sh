@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up everything metaltune needs on a fresh Debian machine, from the project's own files:
+# the system packages its tests start as real peers, and a virtual environment in .venv with
+# metaltune installed (editable) and the CPU build of torch (constraints/cpu.txt), never the
+# multi-GB CUDA build a bare `torch` would pull. Safe to run again: it only adds what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages: sshd (fleet tests), iproute2 (network namespaces), libvirt headers (the Redfish
+# emulator's libvirt driver), pciutils (lspci decodes PCIe config dumps), systemd (systemd-analyze).
+APT_PKGS=(openssh-server openssh-client iproute2 libvirt-dev pkg-config gcc pciutils systemd)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "bootstrap: apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+else
+  echo "bootstrap: not root (or no apt-get): skipping system packages; peer tests will skip" >&2
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch first, pinned to the CPU build, then the project with its test extras under the same pin
+.venv/bin/pip install -q -c constraints/cpu.txt "torch==$(sed -n 's/^torch==//p' constraints/cpu.txt)"
+.venv/bin/pip install -q -c constraints/cpu.txt -e ".[test]"
+echo "bootstrap: ready (.venv)"

@@ -1,0 +1,164 @@
+"""Configuration validation, `metaltune install/uninstall`, and the unit under systemd-analyze."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tuner.daemon.config import DaemonConfig, load
+from tuner.errors import BadInput
+from tuner.install import install, render_unit, uninstall
+
+REPO = Path(__file__).resolve().parents[2]
+needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True,
+                          env=e, cwd=REPO, timeout=60)
+
+
+def test_defaults_are_safe():
+    c = DaemonConfig()
+    assert c.stop_policy == "keep" and c.metrics.enabled is False and c.search.enabled is False
+    assert c.metrics.address == "127.0.0.1"
+
+
+@pytest.mark.parametrize("text, field, expect", [
+    ("stop_policy = 'maybe'\n", "stop_policy", "'keep' or 'rollback'"),
+    ("health_interval_s = 0\n", "health_interval_s", "greater than or equal to 0.1"),
+    ("[metrics]\nenabled = true\naddress = '0.0.0.0'\n", "metrics.address", "loopback"),
+    ("[search]\nwindows = ['25:00-03:00']\n", "search.windows", "HH:MM-HH:MM"),
+    ("backend = 'sim'\n", "(top level)", "sim_root"),
+    ("stop_polcy = 'keep'\n", "stop_polcy", "unknown setting"),
+    ("[search]\nkind = 'kernel'\n", "search", "family"),
+])
+def test_bad_config_names_file_and_field(tmp_path, text, field, expect):
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    with pytest.raises(BadInput) as ei:
+        load(p)
+    msg = str(ei.value)
+    assert str(p) in msg and f"field {field}" in msg and expect in msg, msg
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("backend = \n")
+    with pytest.raises(BadInput, match="not valid TOML"):
+        load(p)
+    with pytest.raises(BadInput, match="not found"):
+        load(tmp_path / "nope.toml")
+
+
+def test_cli_check_exit_codes(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text("stop_policy = 'rollback'\n[metrics]\nenabled = true\nport = 9555\n")
+    r = cli("daemon", "--check", "--config", str(good))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[metrics]\nport = 70000\n")
+    r = cli("daemon", "--check", "--config", str(bad))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "metrics.port" in r.stderr and str(bad) in r.stderr, r.stderr
+    # the daemon itself refuses to start on it (before touching anything)
+    r = cli("daemon", "--config", str(bad), env={"METALTUNE_RUN_DIR": str(tmp_path / "run")})
+    assert r.returncode == 2 and "metrics.port" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_install_into_folder(tmp_path):
+    res = install(tmp_path)
+    unit = tmp_path / "etc/systemd/system/metaltune.service"
+    cfg = tmp_path / "etc/metaltune/config.toml"
+    assert res["unit"] == str(unit) and unit.is_file() and cfg.is_file()
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "var/lib/metaltune").stat().st_mode) == 0o700
+    text = unit.read_text()
+    for line in ["Type=notify", "NotifyAccess=main", "Restart=on-failure", "WatchdogSec=30s",
+                 "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYSLOG", "ProtectSystem=full",
+                 "DeviceAllow=char-nvidia-frontend rw", "DeviceAllow=/dev/cpu_dma_latency rw",
+                 "RuntimeDirectoryMode=0700", "PrivateNetwork=yes"]:
+        assert line in text.splitlines(), line
+    for absent in ["PrivateDevices=yes", "ProtectKernelTunables=yes", "ProtectSystem=strict",
+                   "MemoryDenyWriteExecute=yes", "ProtectKernelLogs=yes"]:
+        assert absent not in text  # each would break NVML, sysfs/procfs knobs, JIT or /dev/kmsg
+    # the installed config is valid as shipped
+    c = load(cfg)
+    assert c.stop_policy == "keep" and c.backend == "real"
+    if res["policy_installed"]:
+        assert (tmp_path / "etc/metaltune/policy.yaml").is_file()
+        assert str(c.policy) == "/etc/metaltune/policy.yaml"
+
+
+def test_install_keeps_operator_files_and_uninstall(tmp_path):
+    install(tmp_path)
+    cfg = tmp_path / "etc/metaltune/config.toml"
+    cfg.write_text(cfg.read_text().replace('profile = ""', 'profile = "mine"'))
+    res = install(tmp_path)
+    assert str(cfg) in res["kept"] and 'profile = "mine"' in cfg.read_text()
+    (tmp_path / "var/lib/metaltune/journal.db").write_text("x")
+    res = uninstall(tmp_path)
+    assert not (tmp_path / "etc/systemd/system/metaltune.service").exists()
+    assert cfg.exists() and (tmp_path / "var/lib/metaltune/journal.db").exists()
+    uninstall(tmp_path, purge=True)
+    assert not cfg.exists() and not (tmp_path / "var/lib/metaltune").exists()
+
+
+def test_metrics_or_bmc_get_loopback_network_only():
+    u = render_unit(["/usr/bin/metaltune"], metrics=True)
+    assert "PrivateNetwork=yes" not in u and "IPAddressDeny=any" in u and "IPAddressAllow=localhost" in u
+    u = render_unit(["/usr/bin/metaltune"], allow_ip=["10.0.0.5"])
+    assert "IPAddressAllow=localhost 10.0.0.5" in u
+    with pytest.raises(BadInput):
+        render_unit(["metaltune"])
+
+
+@needs_analyze
+def test_systemd_analyze_verify_passes(tmp_path):
+    r = cli("install", "--root", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    unit = tmp_path / "etc/systemd/system/metaltune.service"
+    v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0, v.stderr
+    assert "metaltune.service" not in v.stderr, v.stderr  # no warning about our unit at all
+
+
+@needs_analyze
+def test_systemd_analyze_catches_a_broken_unit(tmp_path):
+    # the check above is only worth something if verify really rejects a bad unit
+    install(tmp_path, exec_start=["/nonexistent/metaltune"])
+    unit = tmp_path / "etc/systemd/system/metaltune.service"
+    v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert v.returncode != 0 and "nonexistent" in v.stderr
+
+
+def test_daemon_imports_no_torch_triton_optuna():
+    # everything the resident daemon loads: the CLI frame, the daemon, every operation module,
+    # safety's monitors and recovery, the knob providers
+    code = ("import sys, tuner.cli, tuner.daemon.service, tuner.daemon.metrics, tuner.daemon.server, tuner.ops;"
+            "tuner.ops.names();"
+            "import safety.monitors, safety.recovery, safety.transaction, tuner.knobs.registry as r;"
+            "[__import__('tuner.knobs.' + p) for p in r.PROVIDERS if __import__('importlib').util.find_spec('tuner.knobs.' + p)];"
+            "print(sorted(m for m in ('torch', 'triton', 'optuna') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]", r.stdout
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "triton", "optuna")}
+
+
+def test_a_configured_bmc_gets_through_the_fence(tmp_path):
+    (tmp_path / "etc/metaltune").mkdir(parents=True)
+    (tmp_path / "etc/metaltune/bmc.yaml").write_text("method: redfish\nurl: https://10.1.2.3\nusername: admin\n")
+    u = (Path(install(tmp_path)["unit"])).read_text()
+    assert "PrivateNetwork=yes" not in u and "IPAddressAllow=localhost 10.1.2.3" in u
+    (tmp_path / "etc/metaltune/bmc.yaml").write_text("method: redfish\nurl: sim-bmc://local\n")
+    assert "PrivateNetwork=yes" in Path(install(tmp_path)["unit"]).read_text()

@@ -1,0 +1,17 @@
+"""Red team: reads a wild pointer; the child process dies (SIGSEGV) -> crashed."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _wild(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs + 1099511627776)
+    tl.store(Y + offs, x, mask=offs < n)
+
+
+def forward(x):
+    y = torch.empty_like(x)
+    _wild[(1,)](x, y, x.numel(), BLOCK=1024)
+    return y

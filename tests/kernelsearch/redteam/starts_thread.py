@@ -1,0 +1,29 @@
+"""Red team: launches its kernel from a background thread (work outside the timed region)
+-> guard_failed/thread."""
+import threading
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * sx + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(Y + row * sy + cols, (e / tl.sum(e, 0)).to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+def _work(x, y):
+    _softmax[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
+                            BLOCK=triton.next_power_of_2(x.shape[1]))
+
+
+def forward(x):
+    y = torch.empty_like(x)
+    t = threading.Thread(target=_work, args=(x, y))
+    t.start()
+    t.join()
+    return y

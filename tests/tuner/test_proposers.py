@@ -1,0 +1,87 @@
+import math
+
+import pytest
+
+from tuner.errors import BadInput
+from tuner.proposers import Dim, SearchSpace, make
+from tuner.proposers.classic import grid_levels
+from tuner.trial import Candidate, Trial
+
+
+def space():
+    return SearchSpace([Dim("x", list(range(0, 101, 5))), Dim("y", list(range(0, 51, 5)))])
+
+
+def f(p):  # smooth, single interior optimum at (65, 20)
+    return 100.0 - ((p["x"] - 65) / 10) ** 2 - ((p["y"] - 20) / 5) ** 2
+
+
+def drive(prop, budget):
+    best = -math.inf
+    for i in range(budget):
+        c = prop.ask()
+        p = c.knobs
+        score = f(p)
+        best = max(best, score)
+        verdict = "kept" if score >= best else "reverted"
+        prop.tell(Trial(candidate=c, verdict=verdict, reason="improved", objective=score, number=i))
+    return best
+
+
+@pytest.mark.parametrize("name", ["random", "grid", "coordinate", "optuna"])
+def test_each_proposer_stays_in_the_space_and_is_deterministic(name):
+    s = space()
+    a = [make(name, s, seed=3, budget=20).ask().knobs for _ in range(1)]
+    p1, p2 = make(name, s, seed=3, budget=20), make(name, s, seed=3, budget=20)
+    seq1 = [p1.ask().knobs for _ in range(10)]
+    seq2 = [p2.ask().knobs for _ in range(10)]
+    assert seq1 == seq2
+    for p in seq1 + a:
+        assert p["x"] in s.dims[0].values and p["y"] in s.dims[1].values
+
+
+def test_optuna_finds_the_optimum_better_than_random_on_average():
+    opt, rnd = [], []
+    for seed in range(3):
+        opt.append(drive(make("optuna", space(), seed=seed, budget=40), 40))
+        rnd.append(drive(make("random", space(), seed=seed, budget=40), 40))
+    assert min(opt) >= 99.0  # within 1 point of the true optimum 100
+    assert sum(opt) >= sum(rnd)
+
+
+def test_coordinate_converges_on_separable_function():
+    s = space()
+    s.start = {"x": 0, "y": 50}
+    assert drive(make("coordinate", s, seed=0), 40) >= 99.0
+
+
+def test_grid_levels_fit_budget_and_cover_space():
+    lv = grid_levels([110, 2, 501], 60)
+    assert math.prod(lv) <= 60 and lv[1] == 2 and min(lv) >= 2
+    assert grid_levels([3, 4], None) == [3, 4]
+    g = make("grid", space(), budget=None)
+    assert len(g.points) == 21 * 11
+
+
+def test_unknown_proposer_is_bad_input():
+    with pytest.raises(BadInput, match="unknown proposer"):
+        make("annealing", space())
+
+
+def test_invalid_points_are_never_proposed():
+    s = space()
+    s.valid = lambda p: p["x"] + p["y"] <= 60
+    for name in ("random", "grid", "optuna"):
+        prop = make(name, s, seed=1, budget=30)
+        for _ in range(15):
+            c = prop.ask()
+            assert c.knobs["x"] + c.knobs["y"] <= 60
+            prop.tell(Trial(candidate=c, verdict="reverted", reason="worse", objective=f(c.knobs)))
+
+
+def test_unstable_trials_score_zero_and_policy_refusals_teach_nothing():
+    from tuner.proposers.base import score_of
+
+    c = Candidate(knobs={"x": 5, "y": 5})
+    assert score_of(Trial(candidate=c, verdict="rolled_back", reason="instability_xid", objective=120.0)) == 0.0
+    assert score_of(Trial(candidate=c, verdict="rejected", reason="policy_denied")) is None

@@ -1,0 +1,117 @@
+"""`metaltune` command line (typer). Each area registers its commands from its own module; heavy
+imports (torch, triton, optuna) happen inside commands, never at start-up."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from tuner.errors import BadInput, MetaltuneError
+
+app = typer.Typer(
+    name="metaltune",
+    help="Verified search over GPU host settings and Triton kernels.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# tuner.cli.<module>.register(app) for each; a module not written yet is skipped
+MODULES = [
+    "demo_cmd", "sim_cmd", "trials_cmd", "search_cmd", "kernel_cmd", "safety_cmd",
+    "profile_cmd", "host_cmd", "daemon_cmd", "compare_cmd", "fleet_cmd", "diagnose_cmd",
+]
+
+
+@dataclass
+class Settings:
+    state_dir: Path
+    backend: Optional[str]
+    sim_root: Optional[Path]
+
+    def host(self, dry_run: bool = False):
+        from tuner.host import open_host
+
+        return open_host(self.backend, self.sim_root, dry_run=dry_run)
+
+    def ensure_state_dir(self) -> Path:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self.state_dir
+
+
+@app.callback()
+def _common(
+    ctx: typer.Context,
+    state_dir: Path = typer.Option(
+        Path("/var/lib/metaltune"), "--state-dir", envvar="METALTUNE_STATE_DIR",
+        help="Where the trial store and journal live.",
+    ),
+    backend: Optional[str] = typer.Option(
+        None, "--backend", envvar="METALTUNE_BACKEND", help="real or sim."
+    ),
+    sim_root: Optional[Path] = typer.Option(
+        None, "--sim-root", envvar="METALTUNE_SIM_ROOT", help="Folder of a simulated host."
+    ),
+) -> None:
+    if backend is not None and backend not in ("real", "sim"):
+        raise BadInput(f"--backend: expected 'real' or 'sim', got {backend!r}")
+    ctx.obj = Settings(state_dir=state_dir, backend=backend, sim_root=sim_root)
+
+
+def settings(ctx: typer.Context) -> Settings:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, Settings)
+    return obj
+
+
+def _register_all() -> None:
+    for m in MODULES:
+        try:
+            mod = importlib.import_module(f"tuner.cli.{m}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tuner.cli.{m}":
+                continue
+            raise
+        mod.register(app)
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: maps MetaltuneError to its exit code with one clear line on stderr."""
+    try:
+        rc = app(args=argv, prog_name="metaltune", standalone_mode=False)
+        if isinstance(rc, int) and rc:  # click returns typer.Exit(n)'s code in this mode
+            return rc
+    except MetaltuneError as e:
+        print(f"metaltune: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        print("metaltune: aborted", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # click usage errors; safety's errors carry their own exit code
+        import click
+        from safety.errors import SafetyError
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, SafetyError):
+            print(f"metaltune: error: {e}", file=sys.stderr)
+            return e.exit_code
+        raise
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

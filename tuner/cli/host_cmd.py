@@ -1,0 +1,53 @@
+"""`metaltune host [--json]`: detected hardware and every knob with its value, domain and effect,
+including the PCIe Device Control fields. Read-only (the host is opened as a dry run)."""
+from __future__ import annotations
+
+import json
+
+import typer
+
+from tuner.cli import settings
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("host")
+    def host_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Hardware (GPUs, driver, PCIe, virtualisation) and every knob; changes nothing."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "host")
+        if as_json:
+            print(json.dumps(res, indent=2, default=str))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        import shutil
+
+        hw = res["hardware"]
+        c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 140))
+        v = hw["virtualization"]
+        c.print(f"[bold]backend[/] {hw['backend']}   [bold]driver[/] {hw['driver_version']}   "
+                f"[bold]virtualisation[/] {'VM' if v['is_vm'] else 'bare metal'}"
+                + (f" ({'; '.join(v['evidence'])})" if v["evidence"] else ""))
+        for g in hw["gpus"]:
+            c.print(f"gpu{g['index']}: {g['name']} {g.get('uuid') or ''} pci {g.get('pci_bus_id')} "
+                    f"nvml-virt {g.get('virtualization_mode')}")
+        for d in hw["pcie"]:
+            dc = d.get("devctl")
+            fields = (f"RlxdOrd{'+' if dc['RlxdOrd'] else '-'} MaxPayload {dc['MaxPayload']} "
+                      f"MaxReadReq {dc['MaxReadReq']} (DevCtl {dc['raw']} at {dc['offset']})"
+                      if dc else d.get("devctl_error", ""))
+            c.print(f"pci {d['bdf']} {d['kind']} {d['vendor']}:{d['device']} "
+                    f"link {d.get('current_link_speed', '?')} x{d.get('current_link_width', '?')}: {fields}")
+        for e in hw["errors"]:
+            c.print(f"[dim]note: {e}[/]")
+        t = Table(title="knobs")
+        for col in ("knob", "value", "domain", "effect"):
+            t.add_column(col)
+        for k in res["knobs"]:
+            val = json.dumps(k["value"]) if k["value"] is not None else "?"
+            if k.get("pending") is not None:
+                val += f" (pending {json.dumps(k['pending'])})"
+            t.add_row(k["name"], val, k["domain_text"], k["effect"])
+        c.print(t)

@@ -1,0 +1,186 @@
+"""`metaltune profile list|show|diff|export`, `metaltune verify PROFILE`, `metaltune apply PROFILE`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tuner.cli import settings
+
+
+def _print_json(res: Any) -> None:
+    print(json.dumps(res, indent=2, default=str))
+
+
+def _v(x: Any) -> str:
+    return "" if x is None else json.dumps(x) if not isinstance(x, str) else x
+
+
+STATUS_STYLE = {"ok": "green", "drifted": "red", "unsupported": "dim", "pending-reboot": "yellow",
+                "error": "magenta"}
+
+
+def register(app: typer.Typer) -> None:
+    profile_app = typer.Typer(help="Host profiles: list, show, diff, export.", no_args_is_help=True)
+    app.add_typer(profile_app, name="profile")
+
+    @profile_app.command("list")
+    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+        """Shipped and local profiles, and whether each matches this host."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "profile_list")
+        if as_json:
+            return _print_json(res)
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="host profiles")
+        for c in ("name", "matches", "includes", "knobs", "description"):
+            t.add_column(c)
+        for p in res["profiles"]:
+            if "error" in p:
+                t.add_row(p["name"], "[red]error[/]", "", "", p["error"])
+                continue
+            m = p.get("matches_host")
+            mt = "abstract" if p.get("abstract") else ("yes" if m else "no" if m is not None else "?")
+            t.add_row(p["name"], mt, ", ".join(Path(i).stem for i in p["include"]),
+                      str(p["knobs"]), p["description"])
+        Console().print(t)
+
+    @profile_app.command("show")
+    def show_cmd(ctx: typer.Context, profile: str,
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+        """A profile with its includes resolved (each value with the file and line it comes from)."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "profile_show", profile=profile)
+        if as_json:
+            return _print_json(res)
+        from rich.console import Console
+        from rich.table import Table
+
+        c = Console()
+        c.print(f"[bold]{res['name']}[/] ({res['path']}): {res['description']}")
+        c.print(f"chain: {' -> '.join(res['chain'])}")
+        c.print(f"match: {json.dumps({k: v for k, v in res['match'].items() if v is not None})}")
+        t = Table()
+        for col in ("knob", "value", "from"):
+            t.add_column(col)
+        for k in res["knobs"]:
+            t.add_row(k["key"], _v(k["value"]), f"{k['file']}:{k['line']}")
+        c.print(t)
+        if res.get("kernels"):
+            c.print(f"kernels: {json.dumps(res['kernels'])[:200]}")
+        prov = {k: v for k, v in res["provenance"].items() if v is not None}
+        if prov:
+            c.print(f"provenance: {json.dumps(prov)}")
+
+    @profile_app.command("diff")
+    def diff_cmd(ctx: typer.Context, a: str,
+                 b: Optional[str] = typer.Argument(None, help="Second profile (default: this host's current values)."),
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+        """Differences knob by knob (exit 1 when they differ, like diff(1))."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "profile_diff", a=a, b=b)
+        if as_json:
+            _print_json(res)
+        else:
+            for r in res["differences"]:
+                print(f"{r['knob']}: {res['a']}={_v(r.get(res['a']))}  "
+                      f"{res['b']}={_v(r.get(res['b']))}")
+            if res["same"]:
+                print("no differences")
+        if not res["same"]:
+            raise typer.Exit(1)
+
+    @profile_app.command("export")
+    def export_cmd(ctx: typer.Context,
+                   profile: Optional[str] = typer.Argument(None, help="Profile to flatten."),
+                   from_host: bool = typer.Option(False, "--from-host", help="Export this host's current values."),
+                   name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
+                   output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+        """A self-contained YAML profile (includes flattened), or this host's current values."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
+                         new_name=name)
+        if output is not None:
+            output.write_text(res["yaml"])
+        if as_json:
+            return _print_json(res["profile"])
+        if output is None:
+            print(res["yaml"], end="")
+
+    @app.command("verify")
+    def verify_cmd(ctx: typer.Context, profile: str,
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot.
+        Exit 1 when something drifted."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "verify", profile=profile)
+        if as_json:
+            _print_json(res)
+        else:
+            _print_items(res, f"verify {res['profile']}")
+            for m in res["match"]:
+                print(f"note: profile does not match this host: {m}")
+        if not res["ok"]:
+            raise typer.Exit(1)
+
+    @app.command("apply")
+    def apply_cmd(ctx: typer.Context, profile: str,
+                  dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
+                  probation: Optional[float] = typer.Option(None, "--probation", min=0,
+                                                            help="Seconds of probation (default: the policy's)."),
+                  policy: Optional[Path] = typer.Option(None, "--policy", help="Allowed-change list (YAML)."),
+                  force: bool = typer.Option(False, "--force", help="Apply even if match: rules fail."),
+                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Apply a profile through a safety transaction (policy, journal, probation, rollback)."""
+        from tuner import ops
+
+        res = ops.invoke(settings(ctx), "apply", profile=profile, dry_run=dry_run,
+                         probation_s=probation, force=force,
+                         policy=str(policy) if policy else None)
+        if as_json:
+            return _print_json(res)
+        _print_items(res, f"apply {res['profile']}" + (" (dry run)" if dry_run else ""),
+                     items_key="plan")
+        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
+        for m in res.get("match") or []:
+            print(f"note: profile does not match this host: {m}")
+        if res.get("note"):
+            print(res["note"])
+
+
+def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title)
+    cols = ["knob", "status", "current", "wanted", "effect", "from"]
+    if items_key == "plan":
+        cols.insert(5, "policy")
+    for c in cols:
+        t.add_column(c)
+    for it in res[items_key]:
+        st = it["status"]
+        row = [it.get("knob") or it["key"], f"[{STATUS_STYLE.get(st, '')}]{st}[/]",
+               _v(it.get("current")) + (f" (pending {_v(it['pending'])})" if it.get("pending") is not None else ""),
+               _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}"]
+        if items_key == "plan":
+            pol = it.get("policy", "")
+            row.insert(5, pol.split(":")[0] + (f" ({pol.split(':')[1].strip()})" if ":" in pol else ""))
+        if st in ("unsupported", "error") and it.get("reason"):
+            row[2] = it["reason"][:60]
+        t.add_row(*row)
+    import shutil
+
+    c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 140))
+    c.print(t)
+    c.print("summary: " + ", ".join(f"{k} {v}" for k, v in sorted(res["summary"].items())))

@@ -1,0 +1,35 @@
+"""Adapter from the compare suite to the project's holistic workload (tuner.workloads.llama,
+issue 6): decode tokens/s of the Llama-style decoder, as served (CUDA graph replay) and eager.
+
+On a GPU: the 4-layer Llama-3-8B-shaped decoder (`llama3-8b-4l`), batch 8, 4k context (the shared
+facts' shape). Without a GPU only `--quick` runs it, on the `tiny` preset (a smoke check of the
+path, not a number to compare)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def measure(m: Any, cfg: Any, cuda: bool, graphs: bool = True) -> Any:
+    try:
+        from tuner.workloads import llama
+    except ImportError as e:
+        m.skipped = f"holistic workload not available ({e})"
+        return m
+    if not cuda and not cfg.quick:
+        m.skipped = "no CUDA device (the holistic decode runs on CPU only with --quick)"
+        return m
+    import torch
+
+    preset, batch, ctx, steps = ("llama3-8b-4l", 8, 4096, 20) if cuda else ("tiny", 2, 64, 3)
+    if cuda and cfg.quick:
+        ctx, steps = 1024, 10
+    model = llama.Llama(llama.LlamaConfig.preset(preset), device="cuda" if cuda else "cpu")
+    rt = llama.Runtime(cuda_graphs=graphs, use_dispatch=False)
+    m.params.update(model=preset, batch=batch, ctx=ctx, steps_per_sample=steps, cuda_graphs=graphs)
+    with torch.no_grad():
+        r = llama.DecodeRunner(model, rt, batch, ctx).prepare()
+        m.samples = [r.tokens_per_s(steps) for _ in range(cfg.repeats)]
+    del r, model
+    if cuda:
+        torch.cuda.empty_cache()
+    return m

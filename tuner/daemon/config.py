@@ -1,0 +1,152 @@
+"""Daemon configuration: /etc/metaltune/config.toml, read with tomllib, validated with pydantic at
+start (and on SIGHUP) with one clear error naming the file, the field and what was expected."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tuner.errors import BadInput
+
+DEFAULT_PATH = Path("/etc/metaltune/config.toml")
+_WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchConfig(_Strict):
+    """When the daemon may run a search on its own (in a child process, never two writers)."""
+
+    enabled: bool = False
+    kind: Literal["host", "kernel"] = "host"
+    family: Optional[str] = None  # kernel searches: which family
+    #: local-time maintenance windows "HH:MM-HH:MM" (may wrap midnight); empty: any time
+    windows: list[str] = Field(default_factory=list)
+    only_when_idle: bool = True
+    idle_utilization_pct: int = Field(5, ge=0, le=100)
+    idle_for_s: float = Field(300.0, ge=0)
+    budget: int = Field(20, ge=1)
+    proposer: str = "optuna"
+    min_interval_s: float = Field(86400.0, ge=0)  # at most one scheduled search per this period
+    timeout_s: float = Field(4 * 3600.0, gt=0)
+
+    @field_validator("windows")
+    @classmethod
+    def _windows(cls, v: list[str]) -> list[str]:
+        for w in v:
+            if not _WINDOW.match(w):
+                raise ValueError(f"expected \"HH:MM-HH:MM\" (24 h, local time), got {w!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _family(self) -> "SearchConfig":
+        if self.kind == "kernel" and not self.family:
+            raise ValueError("kind = \"kernel\" needs family = \"<name>\"")
+        return self
+
+
+class MetricsConfig(_Strict):
+    """Prometheus endpoint: off unless enabled, and only ever on a loopback address."""
+
+    enabled: bool = False
+    address: str = "127.0.0.1"
+    port: int = Field(9477, ge=1, le=65535)
+
+    @field_validator("address")
+    @classmethod
+    def _loopback(cls, v: str) -> str:
+        try:
+            ok = ipaddress.ip_address(v).is_loopback
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"expected a loopback address (127.0.0.1 or ::1), got {v!r}; "
+                             "expose metrics through a local proxy if they must leave the host")
+        return v
+
+
+class DaemonConfig(_Strict):
+    backend: Literal["real", "sim"] = "real"
+    sim_root: Optional[Path] = None
+    state_dir: Path = Path("/var/lib/metaltune")
+    run_dir: Optional[Path] = None  # default: METALTUNE_RUN_DIR or /run/metaltune
+    #: the active profile (name under host_profiles/ or a path); re-applied on every start
+    profile: Optional[str] = None
+    policy: Optional[Path] = None  # allowed-change list (YAML); None: safety's shipped default
+    probation_s: float = Field(300.0, gt=0)
+    health_interval_s: float = Field(5.0, ge=0.1, le=3600)
+    #: on SIGTERM: keep the tuned (confirmed) state, or roll back to baseline
+    stop_policy: Literal["keep", "rollback"] = "keep"
+    #: a fatal incident (Xid 79, DBE...) with a confirmed change in force: "rollback" returns the
+    #: host to baseline and quarantines that change; "record" only journals it. An unconfirmed
+    #: change is always rolled back.
+    on_fatal_incident: Literal["rollback", "record"] = "rollback"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+
+    @field_validator("profile")
+    @classmethod
+    def _empty_is_none(cls, v: Optional[str]) -> Optional[str]:
+        return v or None
+
+    @model_validator(mode="after")
+    def _sim(self) -> "DaemonConfig":
+        if self.backend == "sim" and self.sim_root is None:
+            raise ValueError("backend = \"sim\" needs sim_root = \"/path/to/simulated/host\"")
+        return self
+
+    def resolved_run_dir(self) -> Path:
+        from tuner.ops import run_dir
+
+        return self.run_dir or run_dir()
+
+
+def config_path(explicit: Optional[Path] = None) -> Path:
+    if explicit is not None:
+        return Path(explicit)
+    return Path(os.environ.get("METALTUNE_CONFIG", str(DEFAULT_PATH)))
+
+
+def load(path: Path, missing_ok: bool = False) -> DaemonConfig:
+    """Parse and validate; raise BadInput (exit 2) with the file, field and expectation."""
+    import tomllib
+
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return DaemonConfig()
+        raise BadInput(f"{path}: config file not found (create it with `metaltune install`)") from None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read config: {e.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path}: not valid TOML: {e}") from None
+    try:
+        cfg = DaemonConfig.model_validate(data)
+    except ValidationError as e:
+        raise BadInput(f"{path}: {_first_error(e)}") from None
+    if cfg.sim_root is not None and not cfg.sim_root.is_absolute():
+        cfg.sim_root = (path.parent / cfg.sim_root).resolve()
+    return cfg
+
+
+def _first_error(e: ValidationError) -> str:
+    errs = e.errors()
+    err = errs[0]
+    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown setting (check the spelling; see `metaltune install` for the template)"
+    extra = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    got = err.get("input")
+    shown = "" if err["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) else f"; got {got!r}"
+    return f"field {field}: {msg}{shown}{extra}"

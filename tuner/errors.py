@@ -1,0 +1,44 @@
+"""Error classes with the exit code the CLI maps them to (DESIGN.md: 1 failed, 2 bad input)."""
+from __future__ import annotations
+
+
+class MetaltuneError(Exception):
+    exit_code = 1
+
+
+class BadInput(MetaltuneError):
+    """Bad usage or input (malformed file, unknown knob, value outside the domain): exit 2."""
+
+    exit_code = 2
+
+
+class UnknownKnob(BadInput):
+    pass
+
+
+class OutOfDomain(BadInput):
+    pass
+
+
+class OperationFailed(MetaltuneError):
+    exit_code = 1
+
+
+class ReadbackMismatch(OperationFailed):
+    pass
+
+
+class DryRunRefused(OperationFailed):
+    pass
+
+
+class KnobUnavailable(OperationFailed):
+    """The device or interface behind a knob is not there (no NVML, no sysfs file, no BMC)."""
+
+
+class WorkloadHang(OperationFailed):
+    """A workload or canary did not finish within its timeout."""
+
+
+class WorkloadFailed(OperationFailed):
+    """A workload ran but produced no usable metric."""

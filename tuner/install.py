@@ -1,0 +1,313 @@
+"""`metaltune install [--root DIR]` / `uninstall`: the systemd unit, /etc/metaltune/config.toml,
+the default policy and the state directory. `--root` writes the same tree into a folder (tests,
+packaging); paths inside the files are those of the final system.
+
+Why each privilege and hardening line (the unit is rendered by `render_unit`):
+- CAP_SYS_ADMIN: the NVIDIA driver gates privileged RM controls (every NVML setter: locked clocks,
+  power limit, application clocks, persistence) on `capable(CAP_SYS_ADMIN)`, not on uid 0
+  (kernel-open/common/inc/nv-linux.h: `NV_IS_SUSER() capable(CAP_SYS_ADMIN)`). It also lets
+  /sys/bus/pci/devices/*/config return more than the first 64 bytes (pci_read_config checks
+  CAP_SYS_ADMIN), which is where the PCIe capability (relaxed ordering, max read request) lives.
+- CAP_SYSLOG: reading /dev/kmsg (Xid lines) when kernel.dmesg_restrict=1, Debian/Ubuntu's default.
+- not CAP_SYS_RAWIO: sysfs config-space *writes* (pci_write_config) check only kernel lockdown and
+  the file's mode (root-owned 0644), and setpci uses sysfs; RAWIO is for iopl/ioperm and /dev/mem,
+  which metaltune never touches. Not CAP_DAC_OVERRIDE either: the service runs as uid 0, the owner
+  of every sysfs/procfs file and of /dev/cpu_dma_latency (0600 root).
+- ProtectSystem=full (not strict) + ReadWritePaths=/etc/modprobe.d: /usr and /etc read-only except
+  the driver-options knob; strict would also make /var read-only for nothing.
+- No PrivateDevices (it hides /dev/nvidia*), no ProtectKernelTunables (it makes /proc/sys and /sys
+  read-only: sysctl, cpufreq, THP, PCI config knobs), no ProtectKernelLogs (it denies /dev/kmsg).
+  DevicePolicy=closed with DeviceAllow for the NVIDIA nodes, /dev/cpu_dma_latency and /dev/kmsg.
+- DeviceAllow=char-ipmidev: in-band vendor BIOS tools use /dev/ipmi0. Tools that map /dev/mem
+  would need CAP_SYS_RAWIO and are not granted: use Redfish (network) for those BMCs.
+- NoNewPrivileges: the setuid nvidia-modprobe cannot run from the service; the device nodes exist
+  once the driver is loaded (nvidia-persistenced or boot), which the unit orders itself after.
+- No MemoryDenyWriteExecute: search children JIT kernels (Triton/LLVM need W+X pages).
+- Network: PrivateNetwork=yes when metrics are off, no BMC is configured (etc/metaltune/bmc.yaml)
+  and no --allow-ip is given (the daemon needs no network then); otherwise IPAddressDeny=any with
+  IPAddressAllow=localhost (metrics are loopback only) plus the BMC's address and each --allow-ip.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from tuner.errors import BadInput
+
+UNIT_NAME = "metaltune.service"
+UNIT_DIR = "etc/systemd/system"
+CONFIG = "etc/metaltune/config.toml"
+POLICY = "etc/metaltune/policy.yaml"
+STATE_DIR = "var/lib/metaltune"
+WATCHDOG_SEC = 30
+
+CONFIG_TEMPLATE = """\
+# metaltune daemon configuration, read at start and on `systemctl reload metaltune` (SIGHUP).
+# A bad value stops the daemon with one error naming this file and the field.
+
+backend = "{backend}"                   # "real" or "sim" (a simulated host, for tests and demos)
+{sim_line}
+state_dir = "{state_dir}"               # journal, trial store, writer lock
+# run_dir = "/run/metaltune"             # control socket (root-only); default METALTUNE_RUN_DIR or /run/metaltune
+policy = "{policy}"    # allowed-change list (deny by default)
+profile = ""                            # active profile (name or path): re-applied and verified on every start
+probation_s = 300                       # how long a change is watched before it counts as confirmed
+health_interval_s = 5                   # seconds between health samples (safety monitors)
+stop_policy = "keep"                    # on stop: "keep" the tuned state or "rollback" to baseline
+on_fatal_incident = "rollback"          # Xid 79 etc. with a confirmed change: "rollback" to baseline or "record"
+log_level = "info"
+
+[search]                                # searches the daemon starts by itself (one at a time, in a child)
+enabled = false
+kind = "host"
+windows = ["02:00-05:00"]               # local-time maintenance windows; [] = any time
+only_when_idle = true                   # ...and only after the GPUs were idle this long:
+idle_utilization_pct = 5
+idle_for_s = 300
+budget = 20
+proposer = "optuna"
+min_interval_s = 86400
+timeout_s = 14400
+
+[metrics]                               # Prometheus endpoint; loopback only. Enabling it needs
+enabled = false                         # `metaltune install` again (the unit then gets loopback network)
+address = "127.0.0.1"
+port = 9477
+"""
+
+
+def default_exec_start() -> list[str]:
+    """The installed `metaltune` next to this interpreter, else `python -m tuner`."""
+    exe = Path(sys.executable)
+    cand = exe.parent / "metaltune"
+    if cand.is_file() and os.access(cand, os.X_OK):
+        return [str(cand.absolute())]
+    return [str(exe.absolute()), "-m", "tuner"]
+
+
+def _source_checkout() -> Optional[Path]:
+    """The repository root when metaltune runs from a checkout that is not installed."""
+    import tuner
+
+    pkg = Path(tuner.__file__).resolve().parent
+    if "site-packages" in pkg.parts or "dist-packages" in pkg.parts:
+        return None
+    import importlib.util
+
+    spec = importlib.util.find_spec("tuner")
+    return pkg.parent if spec is not None else None
+
+
+def render_unit(exec_start: list[str], *, config: str = "/" + CONFIG, allow_ip: list[str] | None = None,
+                metrics: bool = False, watchdog_sec: int = WATCHDOG_SEC,
+                pythonpath: Optional[Path] = None, bmc_host: Optional[str] = None) -> str:
+    for a in exec_start[:1]:
+        if not Path(a).is_absolute():
+            raise BadInput(f"--exec: expected an absolute path, got {a!r}")
+    cmd = " ".join(_quote(a) for a in [*exec_start, "daemon", "--config", config])
+    allow_ip = list(allow_ip or [])
+    if bmc_host and not _is_ip(bmc_host):
+        # IPAddressAllow takes addresses only: a BMC known by name keeps the network open
+        net = [f"# BMC {bmc_host} is a host name: install with its address (--allow-ip) to fence the network"]
+    elif metrics or allow_ip or bmc_host:
+        if bmc_host and bmc_host not in allow_ip:
+            allow_ip.append(bmc_host)
+        net = ["IPAddressDeny=any", "IPAddressAllow=localhost" + "".join(f" {a}" for a in allow_ip)]
+    else:
+        net = ["# no metrics endpoint and no BMC: the daemon needs no network at all",
+               "PrivateNetwork=yes"]
+    env = ["Environment=PYTHONUNBUFFERED=1", "Environment=TRITON_CACHE_DIR=/var/cache/metaltune/triton"]
+    if pythonpath is not None:
+        env.append(f"Environment={_quote('PYTHONPATH=' + str(pythonpath))}")
+    lines = [
+        "[Unit]",
+        "Description=metaltune: verified tuning of GPU host settings",
+        "After=nvidia-persistenced.service systemd-modules-load.service",
+        "StartLimitIntervalSec=10min",
+        "StartLimitBurst=5",
+        "",
+        "[Service]",
+        "Type=notify",
+        "NotifyAccess=main",
+        f"ExecStart={cmd}",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        f"WatchdogSec={watchdog_sec}s",
+        "Restart=on-failure",
+        "RestartSec=5s",
+        "# start recovers and re-applies the active profile; stop may roll back to baseline",
+        "TimeoutStartSec=5min",
+        "TimeoutStopSec=2min",
+        "# SIGTERM to the daemon only: it stops its search child and rolls back what is unconfirmed",
+        "KillMode=mixed",
+        *env,
+        "User=root",
+        "UMask=0077",
+        "StateDirectory=metaltune",
+        "StateDirectoryMode=0700",
+        "RuntimeDirectory=metaltune",
+        "RuntimeDirectoryMode=0700",
+        "CacheDirectory=metaltune",
+        "CacheDirectoryMode=0700",
+        "# NVML setters and full PCI config reads need CAP_SYS_ADMIN; /dev/kmsg needs CAP_SYSLOG",
+        "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYSLOG",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=full",
+        "ReadWritePaths=-/etc/modprobe.d",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "# /dev/nvidia*, /dev/cpu_dma_latency and /dev/kmsg stay reachable: no PrivateDevices",
+        "DevicePolicy=closed",
+        "DeviceAllow=char-nvidia-frontend rw",
+        "DeviceAllow=char-nvidia-uvm rw",
+        "DeviceAllow=char-nvidia-caps rw",
+        "DeviceAllow=char-nvidia-nvswitch rw",
+        "DeviceAllow=/dev/cpu_dma_latency rw",
+        "DeviceAllow=/dev/kmsg r",
+        "# in-band BIOS tools (racadm, OneCLI, SUM) talk IPMI through /dev/ipmi0",
+        "DeviceAllow=char-ipmidev rw",
+        "# knobs write /proc/sys and /sys: no ProtectKernelTunables; Xid lines: no ProtectKernelLogs",
+        "ProtectKernelModules=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "RestrictNamespaces=yes",
+        "RestrictRealtime=yes",
+        "RestrictSUIDSGID=yes",
+        "LockPersonality=yes",
+        "SystemCallArchitectures=native",
+        "SystemCallFilter=~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+        *net,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _is_ip(h: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(h.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def _bmc_host(root: Path) -> Optional[str]:
+    """The BMC the BIOS knobs talk to over the network (etc/metaltune/bmc.yaml `url`), if any."""
+    p = root / "etc/metaltune/bmc.yaml"
+    if not p.is_file():
+        return None
+    try:
+        import yaml
+        from urllib.parse import urlsplit
+
+        url = (yaml.safe_load(p.read_text()) or {}).get("url") or ""
+        parts = urlsplit(str(url))
+    except Exception:
+        return None
+    if parts.scheme in ("", "sim-bmc") or not parts.hostname:
+        return None
+    return parts.hostname
+
+
+def _quote(s: str) -> str:
+    return s if s and not any(c in s for c in " \t\"'\\;$%") else '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$") + '"'
+
+
+def _default_policy_source() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("safety")
+    locs = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locs[0]) / "policies" / "default.yaml" if locs else Path("/nonexistent")
+
+
+def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allow_ip: list[str] | None = None,
+            force: bool = False, backend: str = "real", sim_root: Optional[Path] = None) -> dict[str, Any]:
+    """Write the unit (always: it belongs to metaltune), the config and policy (only when absent
+    unless `force`: they belong to the operator), and the state directory."""
+    root = Path(root)
+    if backend not in ("real", "sim"):
+        raise BadInput(f"--backend: expected 'real' or 'sim', got {backend!r}")
+    if backend == "sim" and sim_root is None:
+        raise BadInput("--backend sim needs --sim-root DIR")
+    for a in allow_ip or []:
+        import ipaddress
+
+        try:
+            ipaddress.ip_network(a, strict=False)
+        except ValueError:
+            raise BadInput(f"--allow-ip: expected an IP address or network, got {a!r}") from None
+    exec_start = exec_start or default_exec_start()
+    written, kept = [], []
+    cfg_path = root / CONFIG
+    metrics = _metrics_enabled(cfg_path) if cfg_path.exists() and not force else False
+    unit = render_unit(exec_start, allow_ip=allow_ip, metrics=metrics, pythonpath=_source_checkout(),
+                       bmc_host=_bmc_host(root))
+
+    def put(rel: str, text: str | None, mode: int, operator_owned: bool, src: Path | None = None) -> None:
+        p = root / rel
+        if operator_owned and p.exists() and not force:
+            kept.append(str(p))
+            return
+        p.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        tmp = p.with_name(p.name + ".tmp")
+        if src is not None:
+            shutil.copyfile(src, tmp)
+        else:
+            tmp.write_text(text or "")
+        os.chmod(tmp, mode)
+        os.replace(tmp, p)
+        written.append(str(p))
+
+    put(f"{UNIT_DIR}/{UNIT_NAME}", unit, 0o644, operator_owned=False)
+    put(CONFIG, CONFIG_TEMPLATE.format(
+        backend=backend, state_dir="/" + STATE_DIR, policy="/" + POLICY,
+        sim_line=f'sim_root = "{Path(sim_root).resolve()}"' if sim_root else '# sim_root = "/path/to/sim"',
+    ), 0o600, operator_owned=True)
+    os.chmod(cfg_path.parent, 0o700)
+    src = _default_policy_source()
+    if src.is_file():
+        put(POLICY, None, 0o600, operator_owned=True, src=src)
+    state = root / STATE_DIR
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(state, 0o700)
+    return {"root": str(root), "unit": str(root / UNIT_DIR / UNIT_NAME), "written": written,
+            "kept": kept, "state_dir": str(state), "exec_start": exec_start,
+            "policy_installed": src.is_file()}
+
+
+def uninstall(root: Path = Path("/"), *, purge: bool = False) -> dict[str, Any]:
+    """Remove the unit; with `purge` also the config, policy and state (journal, trials)."""
+    root = Path(root)
+    removed = []
+    paths = [root / UNIT_DIR / UNIT_NAME]
+    if purge:
+        paths += [root / CONFIG, root / POLICY]
+    for p in paths:
+        if p.exists():
+            p.unlink()
+            removed.append(str(p))
+    if purge:
+        for d in (root / STATE_DIR, root / "etc/metaltune"):
+            if d.exists():
+                shutil.rmtree(d)
+                removed.append(str(d))
+    return {"root": str(root), "removed": removed,
+            "kept": [] if purge else [str(root / CONFIG), str(root / POLICY), str(root / STATE_DIR)]}
+
+
+def _metrics_enabled(cfg_path: Path) -> bool:
+    import tomllib
+
+    try:
+        return bool(tomllib.loads(cfg_path.read_text()).get("metrics", {}).get("enabled", False))
+    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        return False

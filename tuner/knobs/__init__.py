@@ -1,0 +1,1 @@
+"""Host settings. Each provider module has `discover(host) -> list[Knob]`; `registry` joins them."""

@@ -1,0 +1,56 @@
+"""All knobs of a host, by name. Providers are tried in order; one that cannot reach its interface
+(no NVML, no BMC configured) contributes nothing rather than failing the whole host."""
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import logging
+from typing import Any
+
+from tuner.errors import UnknownKnob
+from tuner.knobs.base import Knob
+
+log = logging.getLogger(__name__)
+
+# module names under tuner.knobs; each defines discover(host) -> list[Knob]
+PROVIDERS = ["gpu", "pcie", "cpu", "sysctl", "driver", "bios"]
+
+
+def discover(host: Any, providers: list[str] | None = None) -> dict[str, Knob]:
+    knobs: dict[str, Knob] = {}
+    for mod_name in providers or PROVIDERS:
+        try:
+            mod = importlib.import_module(f"tuner.knobs.{mod_name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tuner.knobs.{mod_name}":
+                continue  # provider not written yet
+            raise
+        try:
+            found = mod.discover(host)
+        except Exception as e:  # an interface that is not there is not an error for the host
+            log.debug("knob provider %s unavailable: %s", mod_name, e)
+            continue
+        for k in found:
+            knobs[k.name] = k
+    return knobs
+
+
+def select(knobs: dict[str, Knob], names: list[str]) -> dict[str, Knob]:
+    """Knobs matching names or glob patterns; an unknown name is bad input."""
+    out: dict[str, Knob] = {}
+    for pat in names:
+        hits = [n for n in knobs if fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            raise UnknownKnob(f"unknown knob {pat!r}; this host has: {', '.join(sorted(knobs)) or 'none'}")
+        for n in hits:
+            out[n] = knobs[n]
+    return out
+
+
+def get(knobs: dict[str, Knob], name: str) -> Knob:
+    try:
+        return knobs[name]
+    except KeyError:
+        raise UnknownKnob(
+            f"unknown knob {name!r}; this host has: {', '.join(sorted(knobs)) or 'none'}"
+        ) from None

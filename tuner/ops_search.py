@@ -1,0 +1,23 @@
+"""Operation "search_host": a host search (the daemon runs it in a child process)."""
+from __future__ import annotations
+
+from typing import Any
+
+from tuner.ops import operation
+
+
+@operation("search_host")
+def search_host(settings: Any, **kw: Any) -> dict[str, Any]:
+    from tuner.search import run_host_search
+
+    return run_host_search(settings, **kw)
+
+
+@operation("search_kernel")
+def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
+    """Kernel search (tuner/kernel_search.py); kw as run_kernel_search (family, budget, ...)."""
+    from pathlib import Path
+
+    from tuner.kernel_search import run_kernel_search
+
+    return run_kernel_search(Path(settings.state_dir), **kw)

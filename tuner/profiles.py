@@ -1,0 +1,415 @@
+"""Host profiles: YAML files with `include:` inheritance, `match:` rules, knob values, a kernel
+dispatch section and provenance. Loading checks everything that can be checked without a host
+(shape, knob names, include cycles); `plan()` checks values against a host's own domains.
+Every error names the file, the field (and line) and what was expected: `BadInput`, exit 2.
+
+```yaml
+# host_profiles/h200.yaml
+description: NVIDIA H200 SXM, inference
+include: [datacenter]
+match: {gpu_name: ["NVIDIA H200*"], driver: ">=550", virtualization: any}
+knobs:
+  gpu*.power_limit_w: 700        # a comment saying why
+  pcie.*.max_read_request_bytes: 4096
+kernels: {}                     # kernelsearch dispatch table (its dict form)
+provenance: {source: vendor guidance, date: 2026-11-29}
+```
+Knob keys are names or fnmatch patterns (`gpu*`, `pcie.*`), or the PCIe role selectors
+`pcie.@gpus.<field>` / `pcie.@nics.<field>`; an exact name beats a pattern, and a child file beats
+its includes. The value `default` means the device's own default.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tuner.errors import BadInput
+
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "host_profiles"
+
+# -- the knob vocabulary (docs/INTERNALS.md) ------------------------------------------------
+GPU_FIELDS = ["power_limit_w", "locked_clocks_mhz", "locked_mem_clocks_mhz",
+              "gpc_clock_offset_mhz", "mem_clock_offset_mhz", "app_clocks_mhz", "persistence_mode"]
+PCIE_FIELDS = ["relaxed_ordering", "max_read_request_bytes"]
+CPU_OS = ["cpu.governor", "cpu.energy_performance_preference", "cpu.boost",
+          "cpu.max_cstate_latency_us", "os.numa_balancing", "os.transparent_hugepages"]
+
+
+def _vocabulary() -> list[tuple[re.Pattern[str], str]]:
+    from tuner.knobs.driver import OPTIONS
+    from tuner.knobs.sysctl import ALLOWED
+
+    pats = [
+        (rf"gpu(\d+|[*?\[\]0-9-]+)\.({'|'.join(GPU_FIELDS)})", "gpu<i>.<field>"),
+        (rf"pcie\.([0-9a-fA-F:.*?\[\]-]+|@gpus|@nics)\.({'|'.join(PCIE_FIELDS)})",
+         "pcie.<bdf>.<field>"),
+        (rf"driver\.nvidia\.({'|'.join(map(re.escape, OPTIONS))})", "driver.nvidia.<option>"),
+        (rf"({'|'.join(map(re.escape, CPU_OS))})", "cpu/os knob"),
+        (rf"sysctl\.({'|'.join(map(re.escape, ALLOWED))})", "sysctl.<allowed name>"),
+        (r"bios\.[A-Za-z_][A-Za-z0-9_.]*[*?]?", "bios.<Attribute>"),
+    ]
+    return [(re.compile(p + r"\Z"), d) for p, d in pats]
+
+
+def known_examples() -> list[str]:
+    from tuner.knobs.driver import OPTIONS
+    from tuner.knobs.sysctl import ALLOWED
+
+    return ([f"gpu*.{f}" for f in GPU_FIELDS] + [f"pcie.*.{f}" for f in PCIE_FIELDS]
+            + [f"driver.nvidia.{o}" for o in OPTIONS] + CPU_OS + [f"sysctl.{n}" for n in ALLOWED])
+
+
+def check_knob_key(key: str) -> Optional[str]:
+    """None when `key` names (or patterns) a knob metaltune has; else what was expected."""
+    if any(p.match(key) for p, _ in _vocabulary()):
+        return None
+    hint = difflib.get_close_matches(key, known_examples(), n=1, cutoff=0.6)
+    extra = ""
+    if key == "sysctl.kernel.numa_balancing":
+        extra = " (NUMA balancing is the knob os.numa_balancing)"
+    elif key.startswith("sysctl."):
+        extra = " (only sysctls from the allowed list are knobs: tuner/knobs/sysctl.py ALLOWED)"
+    return ("not a knob metaltune knows" + extra
+            + (f"; did you mean {hint[0]!r}?" if hint else
+               "; expected gpu<i>.<field>, pcie.<bdf>.<field>, cpu.*, os.*, sysctl.<name>, "
+               "driver.nvidia.<option> or bios.<Attribute>"))
+
+
+# -- the file model ---------------------------------------------------------------------------
+class Match(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpu_name: Optional[list[str]] = None      # fnmatch patterns, case-insensitive; any matches
+    driver: Optional[str] = None              # ">=550, <600"
+    virtualization: Literal["any", "bare_metal", "vm"] = "any"
+    min_gpus: Optional[int] = None
+
+
+class Provenance(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    source: Optional[str] = None              # "measured", "vendor guidance", "hand-tuned"
+    measured_on: Optional[str] = None         # host / GPU / driver it was measured on
+    date: Optional[str] = None
+    workload: Optional[str] = None
+    gain_pct: Optional[float] = None
+    spread_pct: Optional[float] = None
+    trials: Optional[int] = None
+    notes: Optional[str] = None
+
+
+class ProfileFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Optional[str] = None
+    description: str = ""
+    include: list[str] = Field(default_factory=list)
+    match: Optional[Match] = None
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    kernels: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance = Field(default_factory=Provenance)
+    abstract: bool = False                    # a base meant only for include:, never applied
+
+
+class KnobSetting(BaseModel):
+    key: str        # name or pattern as written
+    value: Any
+    file: str
+    line: Optional[int] = None
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+class Profile(BaseModel):
+    """A profile with its includes resolved."""
+
+    name: str
+    path: str
+    description: str = ""
+    chain: list[str] = Field(default_factory=list)   # files, root ancestor first
+    match: Match = Field(default_factory=Match)
+    knobs: list[KnobSetting] = Field(default_factory=list)
+    kernels: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance = Field(default_factory=Provenance)
+    abstract: bool = False
+
+    def values(self) -> dict[str, Any]:
+        return {k.key: k.value for k in self.knobs}
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """A self-contained file (includes flattened) for `profile export`."""
+        d: dict[str, Any] = {"name": self.name, "description": self.description}
+        m = self.match.model_dump(exclude_none=True)
+        if m.get("virtualization") == "any":
+            m.pop("virtualization")
+        if m:
+            d["match"] = m
+        d["knobs"] = self.values()
+        if self.kernels:
+            d["kernels"] = self.kernels
+        prov = self.provenance.model_dump(exclude_none=True)
+        prov.setdefault("flattened_from", self.chain)
+        d["provenance"] = prov
+        return d
+
+
+# -- loading ------------------------------------------------------------------------------------
+def _rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(p)
+
+
+def _key_lines(text: str, src: str) -> dict[tuple[str, ...], int]:
+    """Line numbers of top-level keys and of keys under `knobs:`; duplicate keys are errors
+    (PyYAML would silently keep the last one)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise BadInput(f"{src}{where}: malformed YAML: {problem}") from None
+    lines: dict[tuple[str, ...], int] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    seen: set[str] = set()
+    for k, v in node.value:
+        key = str(k.value)
+        if key in seen:
+            raise BadInput(f"{src}:{k.start_mark.line + 1}: field {key}: duplicate key")
+        seen.add(key)
+        lines[(key,)] = k.start_mark.line + 1
+        if key == "knobs" and isinstance(v, yaml.MappingNode):
+            sub: set[str] = set()
+            for kk, _ in v.value:
+                kname = str(kk.value)
+                if kname in sub:
+                    raise BadInput(f"{src}:{kk.start_mark.line + 1}: field knobs.{kname}: "
+                                   "duplicate key")
+                sub.add(kname)
+                lines[("knobs", kname)] = kk.start_mark.line + 1
+    return lines
+
+
+def read_file(path: Path) -> tuple[ProfileFile, dict[tuple[str, ...], int]]:
+    src = _rel(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise BadInput(f"{src}: cannot read profile: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{src}: not UTF-8 text") from None
+    lines = _key_lines(text, src)
+    data = yaml.safe_load(text)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadInput(f"{src}: expected a mapping (name, include, match, knobs, kernels, "
+                       f"provenance), got {type(data).__name__}")
+    try:
+        pf = ProfileFile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        line = lines.get((str(err["loc"][0]),)) if err["loc"] else None
+        got = repr(err.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        raise BadInput(f"{src}{f':{line}' if line else ''}: field {loc}: {err['msg']} "
+                       f"(got {got})") from None
+    for key, value in pf.knobs.items():
+        why = check_knob_key(str(key))
+        line = lines.get(("knobs", str(key)))
+        if why:
+            raise BadInput(f"{src}{f':{line}' if line else ''}: field knobs.{key}: {why}")
+        if isinstance(value, dict) and not bound_of(value):
+            raise BadInput(f"{src}{f':{line}' if line else ''}: field knobs.{key}: expected a "
+                           f"value, `default`, {{at_least: N}} or {{at_most: N}}, got {value!r}")
+    if pf.match and pf.match.driver:
+        try:
+            parse_range(pf.match.driver)
+        except ValueError as e:
+            raise BadInput(f"{src}:{lines.get(('match',), '?')}: field match.driver: {e}") from None
+    return pf, lines
+
+
+def bound_of(value: Any) -> Optional[tuple[str, Any]]:
+    """`{at_least: N}` / `{at_most: N}`: keep the host's value when it already satisfies the
+    bound (a profile must not lower a host that runs a larger vm.max_map_count, say)."""
+    if isinstance(value, dict) and len(value) == 1:
+        (k, v), = value.items()
+        if k in ("at_least", "at_most") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return k, v
+    return None
+
+
+def search_path(extra: list[Path] | None = None) -> list[Path]:
+    """Where profile names are looked up: the given dirs (state dir profiles, /etc), then the
+    shipped host_profiles/."""
+    return [*(extra or []), SHIPPED_DIR]
+
+
+def find(name_or_path: str, dirs: list[Path] | None = None, relative_to: Path | None = None) -> Path:
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        for cand in ([relative_to / p] if relative_to and not p.is_absolute() else []) + [p]:
+            if cand.is_file():
+                return cand
+        raise BadInput(f"profile {name_or_path}: no such file")
+    for d in ([relative_to] if relative_to else []) + search_path(dirs):
+        for ext in (".yaml", ".yml"):
+            if (d / (name_or_path + ext)).is_file():
+                return d / (name_or_path + ext)
+    known = ", ".join(sorted({q.stem for d in search_path(dirs) for q in d.glob("*.y*ml")}))
+    raise BadInput(f"profile {name_or_path!r} not found (known: {known or 'none'})")
+
+
+def load(name_or_path: str, dirs: list[Path] | None = None) -> Profile:
+    path = find(name_or_path, dirs)
+    return _resolve(path, dirs, stack=[])
+
+
+def _resolve(path: Path, dirs: list[Path] | None, stack: list[Path]) -> Profile:
+    rp = path.resolve()
+    if rp in stack:
+        cyc = " -> ".join(_rel(p) for p in stack[stack.index(rp):] + [rp])
+        raise BadInput(f"{_rel(stack[-1])}: field include: include cycle {cyc}")
+    pf, lines = read_file(path)
+    src = _rel(path)
+    merged_knobs: dict[str, KnobSetting] = {}
+    kernels: dict[str, Any] = {}
+    match: Optional[Match] = None
+    chain: list[str] = []
+    for inc in pf.include:
+        try:
+            ip = find(inc, dirs, relative_to=path.parent)
+        except BadInput as e:
+            raise BadInput(f"{src}:{lines.get(('include',), '?')}: field include: {e}") from None
+        parent = _resolve(ip, dirs, stack + [rp])
+        for ks in parent.knobs:
+            merged_knobs.pop(ks.key, None)
+            merged_knobs[ks.key] = ks
+        kernels = _deep_merge(kernels, parent.kernels)
+        match = parent.match if parent.match != Match() else match
+        chain += [c for c in parent.chain if c not in chain]
+    for key, value in pf.knobs.items():
+        merged_knobs.pop(key, None)  # re-insert: a child's keys come after (win over) parents'
+        merged_knobs[key] = KnobSetting(key=key, value=value, file=src,
+                                        line=lines.get(("knobs", key)))
+    chain.append(src)
+    return Profile(
+        name=pf.name or path.stem, path=src, description=pf.description, chain=chain,
+        match=pf.match or match or Match(), knobs=list(merged_knobs.values()),
+        kernels=_deep_merge(kernels, pf.kernels), provenance=pf.provenance, abstract=pf.abstract,
+    )
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
+    return out
+
+
+def list_profiles(dirs: list[Path] | None = None) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for d in search_path(dirs):
+        for p in sorted(d.glob("*.y*ml")):
+            if p.stem in seen:
+                continue  # an earlier dir shadows a shipped profile of the same name
+            try:
+                pr = _resolve(p, dirs, [])
+                seen[p.stem] = {"name": pr.name, "path": pr.path, "description": pr.description,
+                                "include": pr.chain[:-1], "abstract": pr.abstract,
+                                "match": pr.match.model_dump(exclude_none=True),
+                                "knobs": len(pr.knobs)}
+            except BadInput as e:
+                seen[p.stem] = {"name": p.stem, "path": _rel(p), "error": str(e)}
+    return list(seen.values())
+
+
+# -- matching against detected hardware -------------------------------------------------------
+_OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+        "<": lambda a, b: a < b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def _ver(s: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", s)
+    if not parts:
+        raise ValueError(f"{s!r} is not a version")
+    return tuple(int(x) for x in parts)
+
+
+def parse_range(spec: str) -> list[tuple[str, tuple[int, ...]]]:
+    out = []
+    for term in spec.split(","):
+        m = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)?\s*([0-9][0-9.]*)\s*", term)
+        if not m:
+            raise ValueError(f"expected a version range like '>=550, <600', got {spec!r}")
+        out.append((m.group(1) or "==", _ver(m.group(2))))
+    return out
+
+
+def _cmp(v: tuple[int, ...], op: str, w: tuple[int, ...]) -> bool:
+    n = max(len(v), len(w))
+    if op in ("==", "!="):  # "==550" matches any 550.x
+        pre = v[:len(w)] == w
+        return pre if op == "==" else not pre
+    return _OPS[op](v + (0,) * (n - len(v)), w + (0,) * (n - len(w)))
+
+
+def match_host(profile: Profile, hw: Any) -> list[str]:
+    """Reasons the profile does not match the detected hardware (empty: it matches)."""
+    m, why = profile.match, []
+    names = [g.name for g in hw.gpus]
+    if m.gpu_name:
+        if not names:
+            why.append(f"match.gpu_name {m.gpu_name}: no GPU detected")
+        elif not all(any(fnmatch.fnmatch(n.lower(), p.lower()) for p in m.gpu_name) for n in names):
+            why.append(f"match.gpu_name {m.gpu_name}: host has {sorted(set(names))}")
+    if m.driver:
+        if not hw.driver_version:
+            why.append(f"match.driver {m.driver!r}: driver version unknown")
+        else:
+            v = _ver(hw.driver_version)
+            if not all(_cmp(v, op, w) for op, w in parse_range(m.driver)):
+                why.append(f"match.driver {m.driver!r}: host has {hw.driver_version}")
+    if m.virtualization != "any":
+        is_vm = hw.virtualization.is_vm
+        if (m.virtualization == "vm") != is_vm:
+            why.append(f"match.virtualization {m.virtualization}: host is "
+                       f"{'a VM (' + ', '.join(hw.virtualization.evidence) + ')' if is_vm else 'bare metal'}")
+    if m.min_gpus and len(names) < m.min_gpus:
+        why.append(f"match.min_gpus {m.min_gpus}: host has {len(names)}")
+    return why
+
+
+# -- resolving against a host's knobs ---------------------------------------------------------
+def resolve(profile: Profile, knobs: dict[str, Any]) -> tuple[dict[str, KnobSetting], list[KnobSetting]]:
+    """(knob name -> the setting that applies, settings that match no knob on this host).
+    An exact name beats a pattern; among patterns, the later (child) one wins."""
+    out: dict[str, tuple[tuple[int, int], KnobSetting]] = {}
+    unmatched = []
+    for i, ks in enumerate(profile.knobs):
+        exact = not any(c in ks.key for c in "*?[@")
+        if exact:
+            hits = [ks.key] if ks.key in knobs else []
+        elif (m := re.fullmatch(r"pcie\.@(gpus|nics)\.(\w+)", ks.key)):
+            # role selectors: every GPU, or every NIC on a GPU's PCIe path (tuner.pci.sysfs)
+            role = m.group(1)[:-1]
+            hits = [n for n, k in knobs.items() if n.startswith("pcie.") and n.endswith("." + m.group(2))
+                    and getattr(getattr(k, "dev", None), "kind", None) == role]
+        else:
+            hits = [n for n in knobs if fnmatch.fnmatchcase(n, ks.key)]
+        if not hits:
+            unmatched.append(ks)
+        for n in hits:
+            rank = (1 if exact else 0, i)
+            if n not in out or rank > out[n][0]:
+                out[n] = (rank, ks)
+    return {n: ks for n, (_, ks) in sorted(out.items())}, unmatched

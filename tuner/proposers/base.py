@@ -1,0 +1,144 @@
+"""Search spaces and the ask/tell proposer interface.
+
+A SearchSpace is an ordered list of dimensions, each an ordered list of search values, plus the
+two mappings between a point (one value per dimension) and a Candidate. Host search builds one
+from the knobs' own domains; kernel search from a family's parameter space. Proposers only ever
+see points, so the same samplers serve both (as Optuna separates samplers from storage).
+"""
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from tuner.trial import Candidate, Trial
+
+Point = dict[str, Any]
+
+
+@dataclass
+class Dim:
+    name: str
+    values: list[Any]
+
+    def index(self, v: Any) -> int:
+        try:
+            return self.values.index(v)
+        except ValueError:  # nearest for numbers (a profile value off the search grid)
+            if isinstance(v, (int, float)) and all(isinstance(x, (int, float)) for x in self.values):
+                return min(range(len(self.values)), key=lambda i: abs(self.values[i] - v))
+            raise
+
+
+@dataclass
+class SearchSpace:
+    dims: list[Dim]
+    to_candidate: Callable[[Point], Candidate] = field(default=lambda p: Candidate(knobs=dict(p)))
+    from_candidate: Callable[[Candidate], Optional[Point]] = field(
+        default=lambda c: dict(c.knobs) if c.knobs else None
+    )
+    #: validity constraint on a point (e.g. a kernel config's shared-memory need); None: all valid
+    valid: Optional[Callable[[Point], bool]] = None
+    #: where coordinate search starts (the incumbent); defaults to each dimension's middle
+    start: Optional[Point] = None
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.dims]
+
+    def size(self) -> int:
+        return math.prod(len(d.values) for d in self.dims)
+
+    def is_valid(self, p: Point) -> bool:
+        return self.valid is None or bool(self.valid(p))
+
+    def key(self, p: Point) -> str:
+        return json.dumps([p.get(n) for n in self.names], default=str)
+
+    @classmethod
+    def for_knobs(cls, knobs: dict[str, Any], start: Optional[Point] = None) -> "SearchSpace":
+        """One dimension per knob over the domain the device reports (knobs with an empty
+        search domain, e.g. unsupported offsets, are left out)."""
+        doms = {n: k.limits() for n, k in knobs.items()}
+        dims = [Dim(n, list(d.search_values())) for n, d in doms.items() if d.search_values()]
+
+        def to_candidate(p: Point) -> Candidate:
+            return Candidate(knobs={n: doms[n].from_search(v) for n, v in p.items()})
+
+        def from_candidate(c: Candidate) -> Optional[Point]:
+            out: Point = {}
+            for d in dims:
+                v = c.knobs.get(d.name)
+                if v is None:
+                    return None
+                if isinstance(v, (list, tuple)):  # a pinned clock lock [f, f] searches as f
+                    v = v[-1]
+                try:
+                    out[d.name] = d.values[d.index(v)]
+                except ValueError:
+                    return None
+            return out
+
+        return cls(dims, to_candidate, from_candidate, start=start)
+
+
+class Proposer(ABC):
+    """ask() -> Candidate; tell(trial). Subclasses implement `ask_point` and may use `observe`."""
+
+    name = "base"
+
+    def __init__(self, space: SearchSpace, seed: int = 0, budget: Optional[int] = None, **_: Any):
+        self.space = space
+        self.seed = seed
+        self.budget = budget
+        self.history: list[tuple[Point, Optional[float], Trial]] = []
+
+    def random_point(self, rng: Any, avoid: Optional[set[str]] = None) -> Point:
+        """A uniformly drawn valid point, not in `avoid` while the space allows it."""
+        p: Point = {}
+        for _ in range(1000):
+            p = {d.name: rng.choice(d.values) for d in self.space.dims}
+            if self.space.is_valid(p) and (avoid is None or self.space.key(p) not in avoid):
+                return p
+        return p
+
+    def ask(self) -> Candidate:
+        c = self.space.to_candidate(self.ask_point())
+        c.proposer = self.name
+        return c
+
+    @abstractmethod
+    def ask_point(self) -> Point: ...
+
+    def tell(self, trial: Trial) -> None:
+        p = self.space.from_candidate(trial.candidate)
+        if p is None:
+            return
+        score = score_of(trial)
+        self.history.append((p, score, trial))
+        self.observe(p, score, trial)
+
+    def observe(self, point: Point, score: Optional[float], trial: Trial) -> None:
+        """Hook for proposers that learn (score None: never measured, e.g. policy refusal)."""
+
+
+def score_of(trial: Trial) -> Optional[float]:
+    """What a proposer should learn from a trial: the measured objective; 0 for a candidate that
+    made the host unstable (so samplers move away from it); None when nothing was measured."""
+    if trial.verdict == "rolled_back":
+        return 0.0
+    return trial.objective
+
+
+class ProposalRejected(Exception):
+    """Raised by `ask()` when the proposer's own answer is unusable (an LLM reply that is
+    malformed, names no tool, fails its schema): the loop records a rejected trial with `code`
+    (a tuner.trial.REASONS key) instead of crashing. `candidate` is what could be salvaged (an
+    empty Candidate when nothing could)."""
+
+    def __init__(self, code: str, detail: str, candidate: Optional[Candidate] = None):
+        super().__init__(f"{code}: {detail}")
+        self.code, self.detail = code, detail
+        self.candidate = candidate if candidate is not None else Candidate()

@@ -1,0 +1,83 @@
+"""Host search on the configured host (real or simulated): the same pieces as the demo, with the
+user's policy, knob selection and workload."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any, Callable, Optional
+
+from tuner.errors import BadInput
+from tuner.trial import Trial
+
+DEFAULT_KNOBS = ["gpu*.power_limit_w", "gpu*.locked_clocks_mhz", "gpu*.locked_mem_clocks_mhz"]
+
+
+def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
+                  timeout_s: float) -> Any:
+    """`sim` (the simulated host's model), `cmd:<command line>` (the user's own benchmark, with
+    --metric-regex), or `llama` (the holistic inference workload)."""
+    if workload is None:
+        workload = "sim" if host.backend == "sim" else "llama"
+    if workload == "sim":
+        if host.backend != "sim":
+            raise BadInput("--workload sim needs --backend sim")
+        from tuner.sim.workload import SimWorkload
+
+        return SimWorkload(host.root)
+    if workload.startswith("cmd:"):
+        if not metric_regex:
+            raise BadInput("--workload cmd:... needs --metric-regex")
+        from tuner.workloads.command import CommandWorkload
+
+        return CommandWorkload(workload[4:], metric_regex, timeout_s=timeout_s)
+    if workload == "llama":
+        from tuner.workloads.llama import LlamaWorkload
+
+        return LlamaWorkload()
+    raise BadInput(f"--workload: expected sim, llama or cmd:<command>, got {workload!r}")
+
+
+def run_host_search(
+    settings: Any, budget: int = 30, proposer: str = "optuna", policy: Optional[str] = None,
+    knobs: Optional[list[str]] = None, seed: int = 0, repeats: int = 3,
+    workload: Optional[str] = None, metric_regex: Optional[str] = None, timeout_s: float = 600.0,
+    on_trial: Optional[Callable[[Trial], None]] = None,
+) -> dict[str, Any]:
+    from tuner import loop
+    from tuner.evaluate import HostEvaluator
+    from tuner.knobs import registry
+    from tuner.proposers import SearchSpace, make
+    from tuner.safety_glue import SafetyContext
+    from tuner.store import TrialStore
+
+    if budget < 1:
+        raise BadInput("--budget: expected a number ≥ 1")
+    host = settings.host()
+    all_knobs = registry.discover(host)
+    chosen = registry.select(all_knobs, knobs or DEFAULT_KNOBS)
+    chosen = {n: k for n, k in chosen.items() if k.limits().search_values()}
+    if not chosen:
+        raise BadInput("no searchable knob among --knobs on this host")
+    wl = make_workload(host, workload, metric_regex, timeout_s)
+    state_dir = settings.ensure_state_dir()
+    guard = SafetyContext(host, state_dir, policy=policy)
+    start = {n: k.read() for n, k in chosen.items()}
+    space = SearchSpace.for_knobs(chosen, start=start)
+    prop = make(proposer, space, seed=seed, budget=budget)
+    ev = HostEvaluator(chosen, wl, guard, repeats=repeats, incumbent=dict(start),
+                       timeout_s=timeout_s)
+    t0 = time.time()
+    base = ev.measure_incumbent(repeats=max(4, repeats * 2))
+    with TrialStore.in_state_dir(state_dir) as store:
+        run_id = store.new_run("search-host", {"proposer": proposer, "knobs": sorted(chosen),
+                                               "baseline": base.model_dump(), "start": start})
+        res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
+    guard.close()
+    counts = Counter(t.verdict for t in res.trials)
+    return {
+        "run_id": run_id, "trials": len(res.trials), "kept": counts.get("kept", 0),
+        "reverted": counts.get("reverted", 0), "rolled_back": counts.get("rolled_back", 0),
+        "rejected": dict(Counter(t.reason for t in res.trials if t.verdict == "rejected")),
+        "baseline": base.value, "start": start, "best_settings": dict(ev.incumbent),
+        "seconds": round(time.time() - t0, 2),
+    }

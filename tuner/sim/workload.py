@@ -1,0 +1,108 @@
+"""The simulated host's workload: runs the performance model on the current device state.
+
+`SimWorkload(root).measure(repeats, timeout_s)` returns a `tuner.trial.Measurement` (throughput
+summed over the host's GPUs, ~2% noise per repeat from a seeded RNG keyed by a counter in the state,
+so the same seed and call sequence give the same numbers). Each run publishes the GPU's sensors
+(clock, power, temperature, clock event reasons); a run that hangs is also seen busy (utilisation
+100 %, its pid as a compute process) for as long as it blocks. Unstable settings queue Xid events (events.jsonl + a kmsg line) and may hang; a hang, from
+the model or from `sim inject DIR hang`, blocks for real until timeout_s and raises WorkloadHang.
+"""
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from tuner.errors import OperationFailed
+from tuner.sim import model
+from tuner.sim.events import queue_xid
+from tuner.sim.skus import get_sku
+from tuner.sim.state import SimState
+from tuner.trial import Measurement
+
+NOISE_SIGMA = model.NOISE_SIGMA
+
+
+from tuner.errors import WorkloadHang  # noqa: E402  (one class for every workload's hang)
+
+
+class SimWorkload:
+    name = "sim"
+    metric = "throughput"
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+        self.state = SimState(root)
+
+    def _start(self, kind: str) -> tuple[list[model.Outcome], bool, list[int], random.Random, str]:
+        """One locked step: evaluate every GPU, publish its sensors, roll Xids and hangs."""
+        pid = os.getpid()
+        with self.state.edit() as st:
+            sku = get_sku(st["sku"])
+            st["counter"] = counter = int(st.get("counter", 0)) + 1
+            rng = random.Random(f"metaltune-sim:{st.get('seed', 0)}:{counter}")
+            outs, xids, hang = [], [], False
+            for g in st["gpus"]:
+                o = model.evaluate(sku, g)
+                outs.append(o)
+                g["last_run"] = {"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
+                                 "power_w": round(o.power_w, 1), "temp_c": o.temp_c,
+                                 "reasons": o.reasons, "regime": o.regime, "kind": kind,
+                                 "time": time.time()}
+                if o.xid_prob and rng.random() < o.xid_prob:
+                    x = rng.choice(o.xid_choices)
+                    queue_xid(self.state, st, g["index"], x, pid=pid)
+                    xids.append(x)
+                inj = g.setdefault("injected", {})
+                if inj.get("hang"):
+                    inj["hang"] = False  # one-shot: the next run blocks
+                    hang = True
+                elif o.hang_prob and rng.random() < o.hang_prob:
+                    hang = True
+            if hang:  # a run that completes takes microseconds here: only a hang is seen busy
+                for g in st["gpus"]:
+                    g["busy"] = {"pid": pid, "since": time.time()}
+            return outs, hang, xids, rng, sku.unit
+
+    def _finish(self) -> None:
+        pid = os.getpid()
+        with self.state.edit() as st:
+            for g in st["gpus"]:
+                if (g.get("busy") or {}).get("pid") == pid:
+                    g["busy"] = None
+
+    def _hang(self, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(0.05, left))
+        finally:
+            self._finish()
+        raise WorkloadHang(f"simulated {what} made no progress for {timeout_s:g} s")
+
+    def measure(self, repeats: int = 5, timeout_s: float = 30.0) -> Measurement:
+        if repeats < 1:
+            raise ValueError("repeats must be >= 1")
+        outs, hang, xids, rng, unit = self._start("workload")
+        if hang:
+            self._hang(timeout_s, "workload")
+        true = sum(o.throughput for o in outs)
+        samples = [round(true * (1.0 + rng.gauss(0.0, NOISE_SIGMA)), 2) for _ in range(repeats)]
+        extra: dict[str, Any] = {
+            "xids": xids,
+            "gpus": [{"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
+                      "power_w": round(o.power_w, 1), "temp_c": o.temp_c, "reasons": o.reasons,
+                      "regime": o.regime} for o in outs],
+        }
+        return Measurement(metric=self.metric, unit=unit, value=statistics.median(samples),
+                           samples=samples, extra=extra)
+
+    def canary(self, timeout_s: float = 10.0) -> bool:
+        """A short known-answer run: True when it completes. An injected hang blocks it too."""
+        _, hang, _, _, _ = self._start("canary")
+        if hang:
+            self._hang(timeout_s, "canary")
+        return True

@@ -1,0 +1,106 @@
+"""Candidate and Trial: what the loop passes around and the store keeps (pydantic at the edges)."""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+Verdict = Literal["kept", "reverted", "rejected", "rolled_back"]
+
+# Stable reason codes. Add new ones here (never rename: stores and dashboards key on them).
+REASONS: dict[str, str] = {
+    # kept
+    "improved": "holistic metric better than the incumbent beyond the measured spread",
+    "baseline": "the incumbent measured at the start of a run",
+    # reverted
+    "within_noise": "difference smaller than the measured spread",
+    "worse": "slower than the incumbent",
+    "size_regressed": "some context/batch size regressed beyond tolerance",
+    "holistic_lost": "a micro-benchmark win that loses end to end",
+    # rejected before anything was written
+    "policy_denied": "the allowed-change list refuses this change",
+    "unknown_knob": "the candidate names a knob this host does not have",
+    "out_of_domain": "a value outside the device's own domain",
+    "malformed": "the proposer's answer could not be parsed into a candidate",
+    "duplicate": "already evaluated",
+    "quarantined": "caused a fatal incident before; never tried again",
+    "guard_failed": "kernel source broke a static guard rule",
+    "incorrect": "kernel output differs from the reference",
+    "compile_failed": "kernel failed to compile",
+    "crashed": "candidate process crashed",
+    "timeout": "candidate process exceeded its time limit",
+    "too_fast": "faster than the physical floor: a measurement fault",
+    "apply_failed": "the write failed or the read-back disagreed",
+    "measure_failed": "the workload failed to produce a metric",
+    # rolled back after apply
+    "instability_xid": "an Xid event during probation",
+    "instability_ecc": "ECC errors during probation",
+    "instability_thermal": "thermal or power slowdown during probation",
+    "instability_pcie": "PCIe replay/AER errors during probation",
+    "instability_hang": "the workload or canary hung",
+    "canary_failed": "the canary workload gave a wrong answer",
+    "probation_expired": "not confirmed before the probation deadline",
+}
+
+
+class KernelChoice(BaseModel):
+    family: str
+    variant: Optional[str] = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    shape_bucket: Optional[str] = None
+    source: Optional[str] = None  # candidate source text (LLM proposer) or a file path
+
+
+class Candidate(BaseModel):
+    knobs: dict[str, Any] = Field(default_factory=dict)
+    kernel: Optional[KernelChoice] = None
+    runtime: dict[str, Any] = Field(default_factory=dict)  # e.g. {"cuda_graphs": false}
+    proposer: str = ""
+    rationale: str = ""
+
+    def key(self) -> str:
+        """Identity for de-duplication and quarantine."""
+        import json
+
+        return json.dumps(
+            {"knobs": self.knobs, "kernel": self.kernel.model_dump() if self.kernel else None,
+             "runtime": self.runtime}, sort_keys=True, default=str,
+        )
+
+
+class GateResult(BaseModel):
+    gate: str  # "policy", "domain", "guard", "correctness", "apply", "probation", "holistic", ...
+    passed: bool
+    code: Optional[str] = None
+    detail: str = ""
+    seconds: float = 0.0
+
+
+class Measurement(BaseModel):
+    """One workload's result: the headline metric (higher is better) with its repeats."""
+
+    metric: str
+    unit: str = ""
+    value: float  # median of samples
+    samples: list[float] = Field(default_factory=list)
+    per_size: dict[str, float] = Field(default_factory=dict)  # e.g. {"decode@ctx4096,b8": tok/s}
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class Trial(BaseModel):
+    id: Optional[int] = None
+    run_id: str = ""
+    number: int = 0
+    candidate: Candidate
+    gates: list[GateResult] = Field(default_factory=list)
+    measurements: dict[str, Any] = Field(default_factory=dict)
+    verdict: Verdict
+    reason: str
+    objective: Optional[float] = None  # candidate's holistic value (None when never measured)
+    incumbent: Optional[float] = None
+    gain: Optional[float] = None  # objective / incumbent - 1
+    incident: Optional[dict[str, Any]] = None
+    cost: dict[str, float] = Field(default_factory=dict)  # e.g. tokens, usd (LLM proposer)
+    started_at: float = Field(default_factory=time.time)
+    duration_s: float = 0.0

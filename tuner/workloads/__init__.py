@@ -1,0 +1,9 @@
+"""Workloads: things that measure. `Workload.measure(repeats) -> tuner.trial.Measurement`.
+
+- `tuner.workloads.llama.LlamaWorkload`: the holistic inference benchmark (prefill and decode
+  tokens/s per context length and batch size, decode under CUDA graphs);
+- `tuner.workloads.command.CommandWorkload`: the user's own benchmark command + a metric regex.
+
+Nothing is imported here: `llama`'s model code also runs on GPU machines without pydantic
+(benchmarks/bench_holistic.py), so importing the package must stay free of tuner.trial.
+"""

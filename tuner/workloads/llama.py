@@ -1,0 +1,853 @@
+"""The holistic inference workload: a Llama-style decoder in plain torch with random weights.
+
+RMSNorm, rotary embeddings (half rotation), grouped-query attention over a static KV cache, SwiGLU
+MLP. No downloads: weights are seeded random normals scaled 1/sqrt(fan_in), which keeps activations
+O(1) so the plain-vs-dispatch comparison means something. Measures:
+
+- prefill tokens/s: batch x context tokens through one causal forward (LM head on the last token);
+- decode tokens/s: one new token per sequence with `ctx` tokens already in the cache, replayed
+  as a CUDA graph on a GPU (what serving engines run) unless the candidate's runtime says not.
+
+Hot ops go through `kernelsearch.dispatch` (docs/INTERNALS.md) so a kept kernel shows up end to
+end; with no table installed (or no kernelsearch) every call is the plain torch op. `check()`
+compares the dispatch path with the plain path on the same weights and inputs.
+
+Runtime settings (Candidate.runtime) are in `Runtime`; unknown keys are refused (ValueError naming
+the key). On a CPU there is no CUDA graph: `emulate_launch_us` charges a busy-wait per op launch
+outside a "graph" and one per replay inside it, and `emulate_capture_us` a one-off capture cost,
+which reproduces the GPU trade-off (graphs: slower to set up, much faster per step) for tests.
+
+This module imports no pydantic (it runs on GPU machines whose Python lacks it); `LlamaWorkload`
+builds `tuner.trial.Measurement` lazily.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from tuner.workloads.stats import geomean, rel_spread
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    dim: int = 4096
+    n_layers: int = 4
+    n_heads: int = 32
+    n_kv_heads: int = 8
+    ffn_dim: int = 14336
+    vocab: int = 32000
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+    dtype: str = "bfloat16"
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def validate(self) -> "LlamaConfig":
+        if self.dim % self.n_heads or self.n_heads % self.n_kv_heads or self.head_dim % 2:
+            raise ValueError(f"model: dim {self.dim} / heads {self.n_heads} / kv heads "
+                             f"{self.n_kv_heads} must divide evenly with an even head dim")
+        return self
+
+    @classmethod
+    def preset(cls, name: str) -> "LlamaConfig":
+        if name not in PRESETS:
+            raise ValueError(f"model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        return PRESETS[name]
+
+    def params(self) -> int:
+        hd = self.head_dim
+        per_layer = (self.dim * hd * (2 * self.n_heads + 2 * self.n_kv_heads)
+                     + 3 * self.dim * self.ffn_dim + 2 * self.dim)
+        return self.n_layers * per_layer + 2 * self.vocab * self.dim + self.dim
+
+
+PRESETS: dict[str, LlamaConfig] = {
+    # CPU tests: a whole decode step in well under a millisecond of arithmetic
+    "tiny": LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128, vocab=256,
+                        dtype="float32"),
+    # the shared facts' 4-layer Llama-3-8B-shaped decoder (d 4096, 32/8 heads, ffn 14336)
+    "llama3-8b-4l": LlamaConfig(),
+    "llama3-8b": LlamaConfig(n_layers=32, vocab=128256),
+    "llama3-70b-4l": LlamaConfig(dim=8192, n_heads=64, n_kv_heads=8, ffn_dim=28672),
+}
+
+
+@dataclass
+class Runtime:
+    """A candidate's runtime settings (Candidate.runtime)."""
+
+    cuda_graphs: bool = True
+    # batch sizes captured as graphs (vLLM's cudagraph_capture_sizes); None: every batch
+    graph_capture_sizes: Optional[list[int]] = None
+    # contexts above this run eagerly (vLLM's max_seq_len_to_capture); None: no limit
+    max_ctx_to_capture: Optional[int] = None
+    use_dispatch: bool = True  # route hot ops through kernelsearch.dispatch
+    attn_impl: str = "sdpa"  # "sdpa" | "split_kv" (flash-decoding style, kv_split per chunk)
+    kv_split: int = 256
+    fuse_projections: bool = False  # one QKV matmul (and gate|up at decode sizes)
+    compile_mode: Optional[str] = None  # torch.compile mode, e.g. "max-autotune" (benchmarks)
+    emulate_launch_us: float = 0.0  # CPU only, see the module docstring
+    emulate_capture_us: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Runtime":
+        d = dict(d or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"runtime: unknown setting(s) {', '.join(unknown)}; "
+                             f"expected some of {', '.join(sorted(known))}")
+        rt = cls(**d)
+        if rt.attn_impl not in ("sdpa", "split_kv"):
+            raise ValueError(f"runtime.attn_impl: expected 'sdpa' or 'split_kv', got {rt.attn_impl!r}")
+        if int(rt.kv_split) < 1:
+            raise ValueError(f"runtime.kv_split: expected a positive integer, got {rt.kv_split!r}")
+        return rt
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def graphs_for(self, batch: int, ctx: int) -> bool:
+        if not self.cuda_graphs or self.compile_mode:
+            return False
+        if self.graph_capture_sizes is not None and batch not in self.graph_capture_sizes:
+            return False
+        return self.max_ctx_to_capture is None or ctx <= self.max_ctx_to_capture
+
+
+# -- the op layer: dispatch or plain torch -----------------------------------------------------
+
+
+def load_dispatch() -> Any:
+    """kernelsearch.dispatch, or None while it does not exist (thin guard, see the issue)."""
+    try:
+        from kernelsearch import dispatch  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return dispatch if hasattr(dispatch, "call") else None
+
+
+def _spin(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+class Ops:
+    """The model's hot operations. Each goes through `kernelsearch.dispatch.call(family, ...)`
+    when dispatch is on; a family the dispatcher does not know falls back to the plain op."""
+
+    def __init__(self, runtime: Runtime, dispatch: Any = None):
+        self.rt = runtime
+        self.dispatch = dispatch if runtime.use_dispatch else None
+        self._missing: set[str] = set()
+        self.in_graph = False  # CPU emulation: launches inside a "graph" cost nothing extra
+
+    def _launch(self) -> None:
+        if self.rt.emulate_launch_us and not self.in_graph:
+            _spin(self.rt.emulate_launch_us)
+
+    def _call(self, family: str, plain: Callable[..., Any], *args: Any) -> Any:
+        self._launch()
+        if self.dispatch is not None and family not in self._missing:
+            try:
+                return self.dispatch.call(family, *args)
+            except (KeyError, NotImplementedError, AttributeError, LookupError):
+                self._missing.add(family)  # this dispatcher has no such family
+        return plain(*args)
+
+    # plain torch versions, as the Llama reference code writes them
+    @staticmethod
+    def plain_rmsnorm(x: Any, weight: Any, eps: float) -> Any:
+        import torch
+
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
+
+    @staticmethod
+    def plain_swiglu(gate: Any, up: Any) -> Any:
+        import torch.nn.functional as F
+
+        return F.silu(gate) * up
+
+    @staticmethod
+    def plain_matmul(a: Any, b: Any) -> Any:
+        return a @ b
+
+    @staticmethod
+    def plain_decode_attention(q: Any, k: Any, v: Any) -> Any:
+        """q (B, Hq, 1, D); k, v (B, Hkv, L, D) -> (B, Hq, 1, D)."""
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+
+    def rmsnorm(self, x: Any, w: Any, eps: float) -> Any:
+        return self._call("rmsnorm", self.plain_rmsnorm, x, w, eps)
+
+    def swiglu(self, g: Any, u: Any) -> Any:
+        return self._call("swiglu", self.plain_swiglu, g, u)
+
+    def matmul(self, a: Any, b: Any) -> Any:
+        return self._call("matmul", self.plain_matmul, a, b)
+
+    def decode_attention(self, q: Any, k: Any, v: Any) -> Any:
+        if self.rt.attn_impl == "split_kv":
+            return split_kv_attention(q, k, v, int(self.rt.kv_split), self._launch)
+        if self.dispatch is not None and "decode_attention" not in self._missing:
+            # the family's layout: q [B, Hq, D] -> [B, Hq, D]
+            return self._call("decode_attention", lambda q3, k, v: self.plain_decode_attention(
+                q3.unsqueeze(2), k, v).squeeze(2), q.squeeze(2), k, v).unsqueeze(2)
+        return self._call("decode_attention", self.plain_decode_attention, q, k, v)
+
+    def prefill_attention(self, q: Any, k: Any, v: Any) -> Any:
+        import torch.nn.functional as F
+
+        self._launch()
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+
+    def elementwise(self, n: int = 1) -> None:
+        """Account for plain elementwise launches (rotary, residual adds, cache writes)."""
+        for _ in range(n):
+            self._launch()
+
+
+def split_kv_attention(q: Any, k: Any, v: Any, split: int, launch: Callable[[], None]) -> Any:
+    """Flash-decoding: attend to each `split`-long chunk of the cache, then merge the partial
+    results with their log-sum-exp. Exact; cheap with few chunks, many launches with many."""
+    import torch
+
+    B, Hq, _, D = q.shape
+    Hkv, L = k.shape[1], k.shape[2]
+    g = Hq // Hkv
+    qg = q.reshape(B, Hkv, g, D).float() * (1.0 / math.sqrt(D))
+    outs, lses = [], []
+    for s in range(0, L, split):
+        launch()
+        kc = k[:, :, s:s + split].float()
+        vc = v[:, :, s:s + split].float()
+        sc = qg @ kc.transpose(-1, -2)  # (B, Hkv, g, c)
+        lse = torch.logsumexp(sc, dim=-1, keepdim=True)
+        outs.append(torch.exp(sc - lse) @ vc)
+        lses.append(lse)
+    launch()
+    lse_all = torch.stack(lses)  # (n, B, Hkv, g, 1)
+    w = torch.softmax(lse_all, dim=0)
+    out = (torch.stack(outs) * w).sum(0)
+    return out.reshape(B, Hq, 1, D).to(q.dtype)
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+class Llama:
+    def __init__(self, cfg: LlamaConfig, device: str = "cpu", seed: int = 0):
+        import torch
+
+        self.cfg = cfg.validate()
+        self.device = torch.device(device)
+        self.dtype = getattr(torch, cfg.dtype)
+        # drawn on the target device (seconds for GBs of weights on a GPU, not minutes)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+
+        def w(fan_in: int, *shape: int) -> Any:
+            t = torch.randn(*shape, generator=gen, device=self.device, dtype=self.dtype)
+            return t.mul_(1.0 / math.sqrt(fan_in))
+
+        def norm_w() -> Any:
+            t = 1.0 + 0.1 * torch.randn(cfg.dim, generator=gen, device=self.device)
+            return t.to(dtype=self.dtype)
+
+        hd, d = cfg.head_dim, cfg.dim
+        self.embed = w(1, cfg.vocab, d) * 0.5
+        self.layers = []
+        for _ in range(cfg.n_layers):
+            self.layers.append({
+                "attn_norm": norm_w(), "ffn_norm": norm_w(),
+                "wq": w(d, d, cfg.n_heads * hd), "wk": w(d, d, cfg.n_kv_heads * hd),
+                "wv": w(d, d, cfg.n_kv_heads * hd), "wo": w(d, cfg.n_heads * hd, d),
+                "w_gate": w(d, d, cfg.ffn_dim), "w_up": w(d, d, cfg.ffn_dim),
+                "w_down": w(cfg.ffn_dim, cfg.ffn_dim, d),
+            })
+        self.final_norm = norm_w()
+        self.lm_head = w(d, d, cfg.vocab)
+        self._rope: Optional[tuple[Any, Any]] = None
+        self._fused = False
+
+    # fused projection weights, built once on demand (a runtime setting, same numbers)
+    def ensure_fused(self) -> None:
+        import torch
+
+        if self._fused:
+            return
+        for L in self.layers:
+            L["wqkv"] = torch.cat([L["wq"], L["wk"], L["wv"]], dim=1)
+            L["w_gu"] = torch.cat([L["w_gate"], L["w_up"]], dim=1)
+        self._fused = True
+
+    def rope(self, n: int) -> tuple[Any, Any]:
+        """cos, sin tables (n, head_dim/2) in float32, grown on demand."""
+        import torch
+
+        if self._rope is None or self._rope[0].shape[0] < n:
+            hd = self.cfg.head_dim
+            inv = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+            t = torch.arange(max(n, 64), dtype=torch.float64)
+            ang = torch.outer(t, inv)
+            self._rope = (ang.cos().float().to(self.device), ang.sin().float().to(self.device))
+        return self._rope
+
+    @staticmethod
+    def apply_rope(x: Any, cos: Any, sin: Any) -> Any:
+        """x (B, H, S, D); cos/sin (S, D/2): rotate (first half, second half) pairs."""
+        import torch
+
+        h = x.shape[-1] // 2
+        xf = x.float()
+        x1, x2 = xf[..., :h], xf[..., h:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+
+    def new_cache(self, batch: int, length: int, fill: str = "random", seed: int = 1) -> list[tuple[Any, Any]]:
+        """Per-layer (k, v), each (B, Hkv, length, D). 'random' fills with N(0,1) values so decode
+        timings at long contexts need no prefill (and never run on zeros)."""
+        import torch
+
+        c = self.cfg
+        shape = (batch, c.n_kv_heads, length, c.head_dim)
+        out = []
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        for _ in range(c.n_layers):
+            if fill == "random":
+                k = torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+                v = torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+            else:
+                k = torch.zeros(shape, device=self.device, dtype=self.dtype)
+                v = torch.zeros(shape, device=self.device, dtype=self.dtype)
+            out.append((k, v))
+        return out
+
+    # -- forward passes ------------------------------------------------------------------------
+    def _qkv(self, ops: Ops, L: dict[str, Any], h: Any) -> tuple[Any, Any, Any]:
+        c = self.cfg
+        nq, nk = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        if ops.rt.fuse_projections:
+            self.ensure_fused()
+            qkv = ops.matmul(h, L["wqkv"])
+            return qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
+        return ops.matmul(h, L["wq"]), ops.matmul(h, L["wk"]), ops.matmul(h, L["wv"])
+
+    def _mlp(self, ops: Ops, L: dict[str, Any], h: Any) -> Any:
+        # gate|up fused only for decode-sized inputs: the halves are strided views, and a kernel
+        # may want them contiguous (a cheap copy at a few rows, gigabytes at a long prefill)
+        if ops.rt.fuse_projections and h.shape[0] <= 64:
+            self.ensure_fused()
+            gu = ops.matmul(h, L["w_gu"])
+            f = self.cfg.ffn_dim
+            return ops.matmul(ops.swiglu(gu[:, :f].contiguous(), gu[:, f:].contiguous()), L["w_down"])
+        return ops.matmul(ops.swiglu(ops.matmul(h, L["w_gate"]), ops.matmul(h, L["w_up"])), L["w_down"])
+
+    def decode_step(self, ops: Ops, tokens: Any, pos: Any, cache: list[tuple[Any, Any]]) -> Any:
+        """One token per sequence at position `pos` (the cache holds positions < pos); writes
+        this token's K/V at `pos` and returns logits (B, vocab) in float32.
+
+        `pos` is an int (attention over cache[:, :, :pos + 1]) or, as serving engines pass it, a
+        one-element device tensor (attention over the whole cache, whose length must then be
+        pos + 1): no Python value to specialise on, so one compiled step serves every context
+        length and a CUDA graph captures no constant position."""
+        c = self.cfg
+        B, hd = tokens.shape[0], c.head_dim
+        if isinstance(pos, int):
+            cos, sin = self.rope(pos + 1)
+            cos, sin = cos[pos:pos + 1], sin[pos:pos + 1]
+        else:
+            assert self._rope is not None, "build the rotary table first: model.rope(max_len)"
+            cos, sin = self._rope[0].index_select(0, pos), self._rope[1].index_select(0, pos)
+        ops.elementwise()
+        x = self.embed[tokens]  # (B, d)
+        for L, (kc, vc) in zip(self.layers, cache):
+            h = ops.rmsnorm(x, L["attn_norm"], c.norm_eps)
+            q, k, v = self._qkv(ops, L, h)
+            q = self.apply_rope(q.reshape(B, c.n_heads, 1, hd), cos, sin)
+            k = self.apply_rope(k.reshape(B, c.n_kv_heads, 1, hd), cos, sin)
+            v = v.reshape(B, c.n_kv_heads, 1, hd)
+            ops.elementwise(2)
+            if isinstance(pos, int):
+                kc[:, :, pos:pos + 1].copy_(k)
+                vc[:, :, pos:pos + 1].copy_(v)
+                ks, vs = kc[:, :, :pos + 1], vc[:, :, :pos + 1]
+            else:
+                kc.index_copy_(2, pos, k)
+                vc.index_copy_(2, pos, v)
+                ks, vs = kc, vc
+            ops.elementwise(2)
+            a = ops.decode_attention(q, ks, vs)
+            x = x + ops.matmul(a.reshape(B, c.n_heads * hd), L["wo"])
+            h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
+            x = x + self._mlp(ops, L, h)
+            ops.elementwise(2)
+        x = ops.rmsnorm(x, self.final_norm, c.norm_eps)
+        return ops.matmul(x, self.lm_head).float()
+
+    def prefill(self, ops: Ops, tokens: Any, cache: Optional[list[tuple[Any, Any]]] = None) -> Any:
+        """Causal forward over tokens (B, S); fills cache[:, :, :S] when given; returns the last
+        position's logits (B, vocab) in float32."""
+        c = self.cfg
+        B, S = tokens.shape
+        hd = c.head_dim
+        cos, sin = self.rope(S) if self._rope is None else self._rope  # grown beforehand
+        cos, sin = cos[:S], sin[:S]
+        ops.elementwise()
+        x = self.embed[tokens].reshape(B * S, c.dim)
+        for i, L in enumerate(self.layers):
+            h = ops.rmsnorm(x, L["attn_norm"], c.norm_eps)
+            q, k, v = self._qkv(ops, L, h)
+            q = self.apply_rope(q.reshape(B, S, c.n_heads, hd).transpose(1, 2), cos, sin)
+            k = self.apply_rope(k.reshape(B, S, c.n_kv_heads, hd).transpose(1, 2), cos, sin)
+            v = v.reshape(B, S, c.n_kv_heads, hd).transpose(1, 2)
+            ops.elementwise(2)
+            if cache is not None:
+                cache[i][0][:, :, :S].copy_(k)
+                cache[i][1][:, :, :S].copy_(v)
+                ops.elementwise(2)
+            a = ops.prefill_attention(q, k, v)  # (B, Hq, S, D)
+            x = x + ops.matmul(a.transpose(1, 2).reshape(B * S, c.n_heads * hd), L["wo"])
+            h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
+            x = x + self._mlp(ops, L, h)
+            ops.elementwise(2)
+        last = x.reshape(B, S, c.dim)[:, -1].contiguous()
+        last = ops.rmsnorm(last, self.final_norm, c.norm_eps)
+        return ops.matmul(last, self.lm_head).float()
+
+
+# -- runners: one (kind, batch, ctx) under one runtime -----------------------------------------
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _Timer:
+    """Wall time of a region: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, device: Any):
+        self.device = device
+
+    def __call__(self, fn: Callable[[], Any], n: int) -> float:
+        import torch
+
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return time.perf_counter() - t0
+
+
+_COMPILED: dict[tuple[int, str, str], Callable[..., Any]] = {}
+
+
+def compiled(model: Llama, runtime: Runtime, kind: str, dispatch: Any = None) -> Callable[..., Any]:
+    """One torch.compile'd step per (model, runtime, kind), shared by every size: the first
+    size compiles it, the second recompiles it with dynamic shapes (dynamo's automatic dynamic),
+    later sizes reuse that. Each call starts a new cudagraph-tree step."""
+    import torch
+
+    key = (id(model), runtime.key(), kind)
+    if key not in _COMPILED:
+        _allow_recompiles()
+        ops = Ops(runtime, dispatch)
+        if kind == "decode":
+            def body(t: Any, p: Any, c: Any) -> Any:
+                return model.decode_step(ops, t, p, c)
+        else:
+            def body(t: Any, c: Any) -> Any:  # type: ignore[misc]
+                return model.prefill(ops, t, c)
+        fn = torch.compile(body, mode=runtime.compile_mode)
+
+        def step(*args: Any) -> Any:
+            torch.compiler.cudagraph_mark_step_begin()
+            return fn(*args)
+
+        _COMPILED[key] = step
+    return _COMPILED[key]
+
+
+def _allow_recompiles(n: int = 64) -> None:
+    import torch
+
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(n, getattr(cfg, name)))
+
+
+def _static(cache: list[tuple[Any, Any]]) -> None:
+    import torch
+
+    for k, v in cache:
+        torch._dynamo.mark_static_address(k)
+        torch._dynamo.mark_static_address(v)
+
+
+class DecodeRunner:
+    """A decode step at context `ctx` for `batch` sequences, ready to replay.
+
+    Prepare once (cache, warm-up, graph capture or compile); `step()` runs one token per sequence.
+    Each step rewrites the same cache slot, so timings are steady and memory stays fixed."""
+
+    def __init__(self, model: Llama, runtime: Runtime, batch: int, ctx: int,
+                 cache: Optional[list[tuple[Any, Any]]] = None, dispatch: Any = None, seed: int = 0):
+        import torch
+
+        self.model, self.rt, self.batch, self.ctx = model, runtime, batch, ctx
+        self.ops = Ops(runtime, dispatch)
+        self.cache = cache if cache is not None else model.new_cache(batch, ctx + 1)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        self.tokens = torch.randint(0, model.cfg.vocab, (batch,), generator=g).to(model.device)
+        if self.cache[0][0].shape[2] != ctx + 1:
+            raise ValueError(f"decode runner: cache length {self.cache[0][0].shape[2]} != ctx + 1")
+        model.rope(ctx + 1)
+        self.pos = torch.tensor([ctx], device=model.device)
+        self.graph: Any = None
+        self.out: Any = None
+        self.graphed = runtime.graphs_for(batch, ctx)
+        self.setup_s = 0.0
+        if runtime.compile_mode:
+            _static(self.cache)  # written in place: static addresses keep cudagraphs on
+            fn = compiled(model, runtime, "decode", dispatch)
+            self._fn: Callable[[], Any] = lambda: fn(self.tokens, self.pos, self.cache)
+        else:
+            self._fn = lambda: model.decode_step(self.ops, self.tokens, self.pos, self.cache)
+
+    def prepare(self, warmup: int = 2) -> "DecodeRunner":
+        import torch
+
+        t0 = time.perf_counter()
+        dev = self.model.device
+        if self.graphed and dev.type == "cuda":
+            s = torch.cuda.Stream(device=dev)
+            s.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(s):
+                for _ in range(max(1, warmup)):
+                    self._fn()
+            torch.cuda.current_stream(dev).wait_stream(s)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = self._fn()
+        else:
+            if self.rt.compile_mode:  # compile, then cudagraph-tree warm-up and recording
+                warmup = max(warmup, 3)
+            for _ in range(max(1, warmup)):
+                self.out = self._fn()
+            if self.graphed:  # CPU emulation of a capture
+                _spin(self.rt.emulate_capture_us)
+        _sync(dev)
+        self.setup_s = time.perf_counter() - t0
+        return self
+
+    def step(self) -> Any:
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        if self.graphed:  # CPU emulation: one launch for the whole replay
+            self.ops.in_graph = False
+            self.ops._launch()
+            self.ops.in_graph = True
+            try:
+                self.out = self._fn()
+            finally:
+                self.ops.in_graph = False
+            return self.out
+        self.out = self._fn()
+        return self.out
+
+    def tokens_per_s(self, steps: int) -> float:
+        t = _Timer(self.model.device)(self.step, steps)
+        return self.batch * steps / t
+
+
+class PrefillRunner:
+    def __init__(self, model: Llama, runtime: Runtime, batch: int, ctx: int,
+                 cache: Optional[list[tuple[Any, Any]]] = None, dispatch: Any = None, seed: int = 0):
+        import torch
+
+        self.model, self.rt, self.batch, self.ctx = model, runtime, batch, ctx
+        self.ops = Ops(runtime, dispatch)
+        self.cache = cache if cache is not None else model.new_cache(batch, ctx)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        self.tokens = torch.randint(0, model.cfg.vocab, (batch, ctx), generator=g).to(model.device)
+        if runtime.compile_mode:
+            _static(self.cache)
+            fn = compiled(model, runtime, "prefill", dispatch)
+            self._fn: Callable[[], Any] = lambda: fn(self.tokens, self.cache)
+        else:
+            self._fn = lambda: model.prefill(self.ops, self.tokens, self.cache)
+        self.setup_s = 0.0
+
+    def prepare(self, warmup: int = 1) -> "PrefillRunner":
+        t0 = time.perf_counter()
+        if self.rt.compile_mode:  # compile, then cudagraph-tree warm-up and recording
+            warmup = max(warmup, 3)
+        for _ in range(max(1, warmup)):
+            self._fn()
+        _sync(self.model.device)
+        self.setup_s = time.perf_counter() - t0
+        return self
+
+    def step(self) -> Any:
+        return self._fn()
+
+    def tokens_per_s(self, steps: int = 1) -> float:
+        t = _Timer(self.model.device)(self.step, steps)
+        return self.batch * self.ctx * steps / t
+
+
+# -- correctness -------------------------------------------------------------------------------
+
+
+def rel_err(a: Any, b: Any) -> float:
+    """‖a − b‖ / ‖b‖ in float64 (NaN anywhere → inf)."""
+    import torch
+
+    a64, b64 = a.double(), b.double()
+    if not torch.isfinite(a64).all():
+        return math.inf
+    den = b64.norm().item()
+    return (a64 - b64).norm().item() / den if den else (a64 - b64).norm().item()
+
+
+def default_tolerance(dtype: str) -> float:
+    return 2e-2 if dtype in ("bfloat16", "float16") else 1e-4
+
+
+def check(model: Llama, runtime: Runtime, dispatch: Any = None, batch: int = 2, ctx: int = 64,
+          tol: Optional[float] = None, seed: int = 3) -> dict[str, Any]:
+    """Outputs of the candidate path (dispatch + runtime settings) against the plain torch path
+    (no dispatch, plain attention, unfused) on the same weights and fresh random inputs:
+    prefill logits and one decode step after it. Returns errors; `ok` False beyond `tol`."""
+    import torch
+
+    tol = default_tolerance(model.cfg.dtype) if tol is None else tol
+    plain = Ops(Runtime(use_dispatch=False))
+    cand = Ops(runtime, dispatch)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    toks = torch.randint(0, model.cfg.vocab, (batch, ctx + 1), generator=g).to(model.device)
+    errs = {}
+    with torch.no_grad():
+        c_ref = model.new_cache(batch, ctx + 1, fill="zeros")
+        c_new = model.new_cache(batch, ctx + 1, fill="zeros")
+        ref_p = model.prefill(plain, toks[:, :ctx], c_ref)
+        new_p = model.prefill(cand, toks[:, :ctx], c_new)
+        errs["prefill"] = rel_err(new_p, ref_p)
+        ref_d = model.decode_step(plain, toks[:, ctx], ctx, c_ref)
+        new_d = model.decode_step(cand, toks[:, ctx], ctx, c_new)
+        errs["decode"] = rel_err(new_d, ref_d)
+    worst = max(errs.values())
+    return {"ok": worst <= tol, "tol": tol, "errors": errs,
+            "dispatch": dispatch is not None and runtime.use_dispatch}
+
+
+# -- a whole table -----------------------------------------------------------------------------
+
+
+@dataclass
+class SizeGrid:
+    contexts: list[int] = field(default_factory=lambda: [4096, 16384, 65536, 131072])
+    decode_batches: list[int] = field(default_factory=lambda: [8])
+    prefill_batches: list[int] = field(default_factory=lambda: [1])
+    decode_steps: int = 20  # replays timed per repeat
+    prefill: bool = True
+    decode: bool = True
+
+    def sizes(self) -> list[tuple[str, int, int]]:
+        out = []
+        for ctx in self.contexts:
+            if self.prefill:
+                out += [("prefill", b, ctx) for b in self.prefill_batches]
+            if self.decode:
+                out += [("decode", b, ctx) for b in self.decode_batches]
+        return out
+
+
+def size_key(kind: str, batch: int, ctx: int) -> str:
+    return f"{kind}@ctx{ctx},b{batch}"
+
+
+class Bench:
+    """Prefill and decode tokens/s over a size grid for one model, runtime by runtime.
+
+    KV caches are shared between runtimes (keyed by batch and length) and runners (graphs,
+    compiled functions) are kept per runtime, so A/B alternation re-captures nothing."""
+
+    def __init__(self, model: Llama, grid: SizeGrid, dispatch: Any = None):
+        self.model, self.grid, self.dispatch = model, grid, dispatch
+        self._caches: dict[tuple[str, int, int], list[tuple[Any, Any]]] = {}
+        self._runners: dict[tuple[str, str, int, int], Any] = {}
+
+    def _cache(self, kind: str, batch: int, length: int) -> list[tuple[Any, Any]]:
+        k = (kind, batch, length)
+        if k not in self._caches:
+            self._caches[k] = self.model.new_cache(batch, length)
+        return self._caches[k]
+
+    def runner(self, rt: Runtime, kind: str, batch: int, ctx: int) -> Any:
+        k = (rt.key(), kind, batch, ctx)
+        if k not in self._runners:
+            if kind == "decode":
+                r: Any = DecodeRunner(self.model, rt, batch, ctx, self._cache(kind, batch, ctx + 1),
+                                      self.dispatch)
+            else:
+                r = PrefillRunner(self.model, rt, batch, ctx, self._cache(kind, batch, ctx),
+                                  self.dispatch)
+            r.prepare()
+            self._runners[k] = r
+        return self._runners[k]
+
+    def drop(self, rt: Optional[Runtime] = None) -> None:
+        """Free runners (and their graphs) of one runtime, or all of them."""
+        if rt is None:
+            self._runners.clear()
+        else:
+            key = rt.key()
+            for k in [k for k in self._runners if k[0] == key]:
+                del self._runners[k]
+
+    def run(self, rt: Runtime, repeats: int = 5, deadline: Optional[float] = None,
+            sizes: Optional[Sequence[tuple[str, int, int]]] = None) -> dict[str, Any]:
+        """Per size: repeats of tokens/s, the setup seconds; sizes past the deadline are skipped
+        (listed in 'skipped')."""
+        import torch
+
+        per: dict[str, list[float]] = {}
+        setup: dict[str, float] = {}
+        skipped: list[str] = []
+        with torch.no_grad():
+            for kind, b, ctx in (sizes or self.grid.sizes()):
+                key = size_key(kind, b, ctx)
+                if deadline is not None and time.time() > deadline:
+                    skipped.append(key)
+                    continue
+                r = self.runner(rt, kind, b, ctx)
+                setup[key] = r.setup_s
+                steps = self.grid.decode_steps if kind == "decode" else 1
+                per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
+        return {"per_size_samples": per, "setup_s": setup, "skipped": skipped}
+
+
+def table_row(result: dict[str, Any]) -> dict[str, Any]:
+    """Medians and spreads of a Bench.run result plus its geometric mean (plain dict)."""
+    import statistics
+
+    per = result["per_size_samples"]
+    n = min((len(v) for v in per.values()), default=0)
+    return {
+        "per_size": {k: statistics.median(v) for k, v in per.items()},
+        "spread": {k: rel_spread(v) for k, v in per.items()},
+        "geomean": statistics.median([geomean([v[i] for v in per.values()]) for i in range(n)]) if n else 0.0,
+        "setup_s": result.get("setup_s", {}),
+        "skipped": result.get("skipped", []),
+    }
+
+
+# -- the Workload ------------------------------------------------------------------------------
+
+
+def _auto_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class LlamaWorkload:
+    """The holistic workload (tuner.workloads.base.Workload): tokens/s geometric mean over
+    prefill and decode sizes, with per-size results. `configure(runtime)` sets the candidate's
+    runtime; `measure` checks outputs against the plain path once per runtime (a mismatch
+    raises WorkloadFailed) and then times."""
+
+    name = "llama"
+
+    def __init__(self, model: str | LlamaConfig | Mapping[str, Any] = "tiny",
+                 contexts: Optional[Sequence[int]] = None,
+                 decode_batches: Optional[Sequence[int]] = None,
+                 prefill_batches: Optional[Sequence[int]] = None,
+                 decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
+                 runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
+                 decode: bool = True, check_outputs: bool = True):
+        if isinstance(model, str):
+            cfg = LlamaConfig.preset(model)
+        elif isinstance(model, LlamaConfig):
+            cfg = model
+        else:
+            cfg = LlamaConfig(**dict(model))
+        dev = device or _auto_device()
+        tiny = dev == "cpu"
+        self.grid = SizeGrid(
+            contexts=list(contexts or ([16, 64] if tiny else [4096, 16384, 65536, 131072])),
+            decode_batches=list(decode_batches or ([2] if tiny else [8])),
+            prefill_batches=list(prefill_batches or [1]),
+            decode_steps=decode_steps or (5 if tiny else 20), prefill=prefill, decode=decode,
+        )
+        self.model = Llama(cfg, dev, seed)
+        self.dispatch = load_dispatch()
+        self.bench = Bench(self.model, self.grid, self.dispatch)
+        self.runtime = Runtime.from_dict(runtime)
+        self.check_outputs = check_outputs
+        self._checked: dict[str, dict[str, Any]] = {}
+
+    def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
+        self.runtime = Runtime.from_dict(runtime)
+
+    def check(self) -> dict[str, Any]:
+        key = self.runtime.key()
+        if key not in self._checked:
+            self._checked[key] = check(self.model, self.runtime, self.dispatch)
+        return self._checked[key]
+
+    def first_step_s(self, kind: str = "decode", batch: Optional[int] = None,
+                     ctx: Optional[int] = None) -> float:
+        """Time to get the first decode step out under the current runtime, setup (capture,
+        compile) included: the kind of isolated measurement that favours skipping graphs."""
+        b = batch or self.grid.decode_batches[0]
+        c = ctx or self.grid.contexts[0]
+        t0 = time.perf_counter()
+        cls = DecodeRunner if kind == "decode" else PrefillRunner
+        r = cls(self.model, self.runtime, b, c, dispatch=self.dispatch).prepare(warmup=1)
+        r.step()
+        _sync(self.model.device)
+        return time.perf_counter() - t0
+
+    def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Any:
+        from tuner.errors import WorkloadFailed
+        from tuner.workloads.base import summarize
+
+        if self.check_outputs:
+            chk = self.check()
+            if not chk["ok"]:
+                raise WorkloadFailed(f"llama: outputs differ from the plain torch path: {chk['errors']}"
+                                     f" (tolerance {chk['tol']})")
+        deadline = time.time() + timeout_s if timeout_s else None
+        res = self.bench.run(self.runtime, repeats=repeats, deadline=deadline)
+        if res["skipped"]:
+            raise WorkloadFailed(f"llama: timed out after {timeout_s}s; not measured: "
+                                 f"{', '.join(res['skipped'])}")
+        return summarize("tokens_per_s", "tok/s", res["per_size_samples"], extra={
+            "runtime": asdict(self.runtime), "setup_s": res["setup_s"],
+            "check": self._checked.get(self.runtime.key()),
+            "model": asdict(self.model.cfg), "device": str(self.model.device),
+        })
