@@ -29,7 +29,7 @@ def test_ready_watchdog_status_and_cli(tmp_path, sim_host, start_daemon):
     pings = [t for t, m in d.notify.msgs[n0:] if m.get("WATCHDOG") == "1"]
     assert len(pings) >= 5, d.notify.msgs[n0:]
     gaps = [b - a for a, b in zip(pings, pings[1:])]
-    assert 0.12 <= statistics.median(gaps) <= 0.3, gaps
+    assert 0.1 <= statistics.median(gaps) <= 0.35, gaps
 
     # the CLI goes through the socket: the answer carries the daemon's own state
     r = d.cli("status", "--json")
@@ -67,14 +67,13 @@ def test_concurrent_clients_and_single_writer(tmp_path, sim_host, start_daemon):
     d.wait_ready()
     prof = write_profile(tmp_path / "p.yaml", 600)
     results: dict[str, dict] = {}
-    t = threading.Thread(target=lambda: results.update(apply=d.call("apply", profile=str(prof), probation_s=1.5)))
+    t = threading.Thread(target=lambda: results.update(apply=d.call("apply", profile=str(prof), probation_s=3)))
     t.start()
     d.wait_log("event=change.applied")
     # reads are served while the write is in probation
-    t0 = time.monotonic()
     reads = [d.call("status") for _ in range(5)]
-    assert all(r["ok"] for r in reads) and time.monotonic() - t0 < 1.5
-    assert reads[-1]["result"]["pending"]["state"] == "probation"
+    assert all(r["ok"] for r in reads)
+    assert reads[-1]["result"]["pending"]["state"] == "probation"  # answered during the write
     # a second writer meanwhile: refused or serialised, never interleaved
     second = d.call("rollback")
     t.join()
@@ -237,6 +236,10 @@ def test_search_runs_in_a_child_with_the_writer_lock(tmp_path, sim_host, start_d
         WriterLock(tmp_path / "state").acquire(timeout=0.2)
     # the trials are in the store the CLI reads
     assert d.call("trials")["ok"]
+    # `metaltune search host` goes through the daemon too (the daemon holds the writer lock)
+    r = d.cli("search", "host", "--budget", "1", "--proposer", "random", "--repeats", "1", "--json")
+    assert json.loads(r.stdout)["trials"] == 1
+    assert d.log().count("event=search.finished") == 2
     assert d.stop() == 0
 
 

@@ -27,11 +27,13 @@ def search_host_cmd(
 ) -> None:
     """Search host settings: propose, gate, apply in a safety transaction, A/B against the
     incumbent, keep or roll back."""
-    from tuner.search import run_host_search
+    from tuner import ops
 
-    res = run_host_search(settings(ctx), budget=budget, proposer=proposer, policy=policy,
-                          knobs=knobs, seed=seed, repeats=repeats, workload=workload,
-                          metric_regex=metric_regex, timeout_s=timeout_s)
+    # through the daemon when one runs (it holds the writer lock and starts the search in a
+    # child process); otherwise in this process
+    res = ops.invoke(settings(ctx), "search_host", budget=budget, proposer=proposer, policy=policy,
+                     knobs=knobs, seed=seed, repeats=repeats, workload=workload,
+                     metric_regex=metric_regex, timeout_s=timeout_s)
     if as_json:
         print(json.dumps(res, indent=2, default=str))
     else:
