@@ -55,11 +55,36 @@ def measure_ceilings(dev: str) -> dict:
 
 
 def variant_forward(family: str, variant: str, cfg: dict):
+    from kernelsearch.runtime import ensure_scratch_allocator
+
+    ensure_scratch_allocator()  # device-built TMA descriptors (matmul/persistent)
     mod = importlib.import_module(f"kernelsearch.families.{family}.{variant}")
     return functools.partial(mod.forward, **cfg)
 
 
-def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, reps: int) -> dict:
+def load_incumbents(path: Optional[str]) -> dict:
+    """{(family, shape): (variant, config)}: the best config per shape of an earlier results file,
+    timed again beside the new variants (same run, same card state) for a new-vs-old table."""
+    if not path:
+        return {}
+    out = {}
+    for fr in json.loads(Path(path).read_text())["families"]:
+        for r in fr["rows"]:
+            if r.get("variant"):
+                out[(fr["family"], tuple(r["shape"]))] = (r["variant"], r["config"])
+    return out
+
+
+def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, reps: int,
+                 variants: Optional[list] = None, incumbents: Optional[dict] = None,
+                 compile_baseline: bool = True, grid_mode: str = "events",
+                 only_shapes: Optional[list] = None) -> dict:
+    """variants: search only these (default all); incumbents: {(family, shape): (variant,
+    config)} timed first at their shape, marked "incumbent" in the grid. grid_mode "graph":
+    every config and the torch baseline are timed per call inside a CUDA graph (GPU time, no
+    launch overhead: what a CUDA-graph runtime sees; for h200-graphs.json), and the dispatch
+    rule is the graph rule (beat torch eager in a graph by >2%; no eager-mode A/B)."""
+    graph_grid = grid_mode == "graph" and dev == "cuda"
     import torch
 
     from kernelsearch.families import get
@@ -72,6 +97,8 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
     dt = "float16" if smoke and name in ("matmul", "decode_attention") else (
         "float32" if smoke else "bfloat16")
     shapes = fam.tiny_shapes[:2] if smoke else fam.sweep_shapes
+    if only_shapes:
+        shapes = [s for s in shapes if "x".join(map(str, s)) in only_shapes] or shapes
     t_family = time.time()
     rows = []
     for si, shape in enumerate(shapes):
@@ -85,7 +112,11 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
         row = {"shape": list(shape), "dtype": dt, "bytes": nbytes, "flops": flops}
         eager = tm.bench(fam.torch_default, sets, dev, warmup=3, reps=reps)
         row["eager_s"] = eager["median_s"]
-        if name in COMPILE_FAMILIES and not smoke:
+        if graph_grid:
+            row["eager_events_s"] = row["eager_s"]
+            row["eager_s"] = tm.bench_graph(fam.torch_default, sets)["median_s"]
+            row["mode"] = "graph"
+        if name in COMPILE_FAMILIES and not smoke and compile_baseline:
             try:
                 torch._dynamo.reset()
                 cfn = torch.compile(fam.torch_default, mode="max-autotune-no-cudagraphs",
@@ -98,10 +129,13 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
             except Exception as e:  # report, keep going
                 row["compiled_error"] = f"{type(e).__name__}: {e}"[:300]
         want = fam.torch_default(*sets[0]).float()
-        space = fam.space(shape)
+        space = [(v, c) for v, c in fam.space(shape) if variants is None or v in variants]
         random.Random(0).shuffle(space)
         if smoke:
             space = space[:3]
+        inc = (incumbents or {}).get((name, tuple(shape)))
+        if inc is not None:
+            space = [inc] + [p for p in space if p != inc]
         grid = []
         for variant, cfg in space:
             if time.time() - t_shape > shape_budget and len(grid) >= 3:
@@ -114,8 +148,11 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
                 if not math.isfinite(rel) or rel > 3e-2:
                     grid.append({"variant": variant, "config": cfg, "error": f"rel {rel:.3g}"})
                     continue
-                r = tm.bench(fwd, sets, dev, warmup=2, reps=reps)
+                r = tm.bench_graph(fwd, sets) if graph_grid else tm.bench(
+                    fwd, sets, dev, warmup=2, reps=reps)
                 grid.append({"variant": variant, "config": cfg, "time_s": r["median_s"]})
+                if inc is not None and (variant, cfg) == tuple(inc):
+                    grid[-1]["incumbent"] = True
             except Exception as e:
                 grid.append({"variant": variant, "config": cfg,
                              "error": f"{type(e).__name__}: {str(e)[:120]}"})
@@ -163,7 +200,8 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
     # per-round speedups over eager above 1): at launch-bound sizes the sweep and the A/B can
     # disagree, and then torch keeps the shape
     results = [{"shape": r["shape"], "dtype": r["dtype"],
-                "variant": r.get("variant") if r.get("ab_spread", [2])[0] > 1.0 else None,
+                "variant": r.get("variant") if graph_grid or r.get("ab_spread", [2])[0] > 1.0
+                else None,
                 "config": r.get("config"), "time_s": r.get("time_s", 0),
                 "baseline_s": r["eager_s"]} for r in rows if r.get("verified")]
     entries = build(name, results, device=dev)
@@ -252,6 +290,40 @@ def print_tables(res: dict, dispatch: Optional[dict] = None) -> list[float]:
     return ratios
 
 
+def print_compare(res: dict) -> None:
+    """New variants vs the incumbent config (same run) vs torch eager, per shape."""
+    for fr in res["families"]:
+        name = fr["family"]
+        compute = name == "matmul"
+        mode = ("per call inside a CUDA graph" if fr["rows"] and fr["rows"][0].get("mode") == "graph"
+                else "CUDA events, L2 flushed")
+        log(f"\n### {name}: new variants vs incumbent vs torch eager (same run, bf16; {mode})")
+        log("| shape | new best | new us | " + ("TFLOP/s" if compute else "GB/s")
+            + " | incumbent | inc. us | torch us | new x torch | inc. x torch | new x inc. |")
+        log("|---|---|---|---|---|---|---|---|---|---|")
+        for r in fr["rows"]:
+            ok = [g for g in r.get("grid", []) if "time_s" in g]
+            new = [g for g in ok if not g.get("incumbent")]
+            inc = [g for g in ok if g.get("incumbent")]
+            nb = min(new, key=lambda g: g["time_s"]) if new else None
+            ib = inc[0] if inc else None
+            e = r["eager_s"]
+            rate = (lambda t: r["flops"] / t / 1e12) if compute else (lambda t: r["bytes"] / t / 1e9)
+            cell = lambda g: f"{g['time_s'] * 1e6:.1f}" if g else "-"
+            log(f"| {'x'.join(map(str, r['shape']))} | "
+                f"{fmt_cfg(nb['variant'], nb['config']) if nb else '(none valid)'} | {cell(nb)} | "
+                f"{rate(nb['time_s']):.0f} | " if nb else
+                f"| {'x'.join(map(str, r['shape']))} | (none valid) | - | - | ", end="")
+            log(f"{fmt_cfg(ib['variant'], ib['config']) if ib else '-'} | {cell(ib)} | "
+                f"{e * 1e6:.1f} | {e / nb['time_s'] if nb else float('nan'):.2f} | "
+                f"{e / ib['time_s'] if ib else float('nan'):.2f} | "
+                f"{ib['time_s'] / nb['time_s'] if nb and ib else float('nan'):.2f} |")
+        errs = [g for r in fr["rows"] for g in r.get("grid", []) if "error" in g]
+        if errs:
+            log(f"{len(errs)} configs failed, e.g. {fmt_cfg(errs[0]['variant'], errs[0]['config'])}:"
+                f" {errs[0]['error'][:160]}")
+
+
 def run(args) -> int:
     import torch
 
@@ -278,7 +350,11 @@ def run(args) -> int:
         share = left * weights.get(name, 1) / sum(weights.get(n, 1) for n in fams[i:])
         log(f"== {name}: budget {share:.0f}s")
         try:
-            fr = bench_family(name, dev, share, res["ceilings"], args.smoke, args.reps)
+            fr = bench_family(name, dev, share, res["ceilings"], args.smoke, args.reps,
+                              variants=args.variants.split(",") if args.variants else None,
+                              incumbents=load_incumbents(args.incumbents),
+                              compile_baseline=not args.no_compile, grid_mode=args.grid_mode,
+                              only_shapes=args.shapes.split(",") if args.shapes else None)
         except Exception as e:  # one family's failure must not lose the others' results
             import traceback
 
@@ -298,6 +374,8 @@ def run(args) -> int:
     res["seconds"] = time.time() - t0
     (out / "kernels-results.json").write_text(json.dumps(res, indent=1, default=str))
     print_tables(res)
+    if args.incumbents:
+        print_compare(res)
     log(f"\ntotal {res['seconds']:.0f}s; results in {out}")
     return 0
 
@@ -398,6 +476,17 @@ def main() -> int:
     ap.add_argument("--harness-check", action="store_true",
                     help="run the judge (child processes) on every variant and red-team candidate")
     ap.add_argument("--parallel", type=int, default=6)
+    ap.add_argument("--variants", default=None,
+                    help="search only these variants (comma list), e.g. persistent,skinny")
+    ap.add_argument("--incumbents", default=None,
+                    help="earlier results file: its best config per shape is timed again beside "
+                         "the new variants and a new-vs-incumbent-vs-torch table is printed")
+    ap.add_argument("--grid-mode", choices=["events", "graph"], default="events",
+                    help="graph: time the grid and torch per call inside a CUDA graph (GPU time)")
+    ap.add_argument("--shapes", default=None,
+                    help="only these sweep shapes (comma list, e.g. 1x4096x4096,8x6144x4096)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="skip the torch.compile baseline (device time)")
     args = ap.parse_args()
     if args.harness_check:
         return harness_check(args)

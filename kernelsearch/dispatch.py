@@ -100,6 +100,9 @@ def call(family: str, *args: Any) -> Any:
 
         return get(family).torch_default(*args)
     _stats["kernel"] += 1
+    from kernelsearch.runtime import ensure_scratch_allocator
+
+    ensure_scratch_allocator()  # device-built TMA descriptors need triton scratch memory
     return fn(*args)
 
 

@@ -66,6 +66,9 @@ class Runner:
     """Runs one candidate module (and its ghost) under the sandbox."""
 
     def __init__(self, source: str, config: Optional[dict] = None):
+        from kernelsearch.runtime import ensure_scratch_allocator
+
+        ensure_scratch_allocator()  # device-built TMA descriptors need triton scratch memory
         self.source = source
         self.kernels = guard.launched_kernels(source)
         self.mod = sandbox.load(source, "cand")

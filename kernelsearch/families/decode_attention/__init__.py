@@ -45,6 +45,18 @@ def _valid(cfg, shape):
     return cfg["num_warps"] * 32 * 4 <= cfg["BLOCK_N"] * shape[4] or cfg["num_warps"] == 2
 
 
+def _flashdec_valid(cfg, shape):
+    """One-pass merge: at most 128 chunks (their partials are one tile in the merge); K and V
+    stages within shared memory."""
+    L, D = shape[3], shape[4]
+    bn, sp = cfg["BLOCK_N"], cfg["SPLIT"]
+    if sp < bn or sp > max(bn, pow2_at_least(L)) or -(-L // sp) > 128:
+        return False
+    if cfg["STAGES"] * 2 * bn * D * 2 > 160 * 1024:
+        return False
+    return cfg["num_warps"] * 32 * 4 <= bn * D
+
+
 FAMILY = Family(
     name="decode_attention",
     signature="forward(q, k, v)",
@@ -53,6 +65,9 @@ FAMILY = Family(
         "splitkv": Variant("splitkv", HERE / "splitkv.py",
                            {"BLOCK_N": [16, 32, 64, 128], "SPLIT": [128, 256, 512, 1024, 2048],
                             "STAGES": [1, 2, 3], "num_warps": [2, 4, 8]}, _valid),
+        "flashdec": Variant("flashdec", HERE / "flashdec.py",
+                            {"BLOCK_N": [32, 64, 128], "SPLIT": [128, 256, 512, 1024, 2048],
+                             "STAGES": [2, 3, 4], "num_warps": [4, 8]}, _flashdec_valid),
     },
     search_shapes=[(8, 32, 8, 1024, 128), (8, 32, 8, 4096, 128), (8, 32, 8, 16384, 128),
                    (8, 32, 8, 32768, 128), (8, 32, 8, 131072, 128), (1, 32, 8, 8192, 128)],

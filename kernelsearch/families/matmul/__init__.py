@@ -50,6 +50,39 @@ def _splitk_valid(cfg, shape):
     return (bm * bk + bk * bn) * 2 * st <= SMEM and cfg["BLOCK_M"] <= max(16, pow2_at_least(M))
 
 
+SMEM_HOPPER = 227 * 1024 - 4096  # H200 per-block limit, less room for barriers
+
+
+def _persistent_valid(cfg, shape):
+    """Persistent TMA tiles: compute-bound products (M > 16; decode shapes go to `skinny`);
+    operand stages plus the epilogue tile must fit shared memory; a 128x256 fp32 accumulator
+    needs two warpgroups; the half-width epilogue only matters for 256-wide tiles."""
+    if shape[0] <= 16:
+        return False
+    bm, bn, bk, st = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["STAGES"]
+    epi = bm * bn * 2 // (2 if cfg["SUBTILE"] else 1)
+    if (bm * bk + bk * bn) * 2 * st + epi > SMEM_HOPPER:
+        return False
+    if cfg["SUBTILE"] and bn < 256:
+        return False
+    return cfg["num_warps"] == 8 if bn >= 256 else True
+
+
+def _skinny_valid(cfg, shape):
+    """Decode-shaped products (M <= 16): enough programs to cover the SMs a few times over
+    (where N is large enough to), and each K slice at least two tiles long."""
+    M, N, K = shape
+    if M > 16:
+        return False
+    bn, bk, sk, st = cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"], cfg["STAGES"]
+    if (16 * bk + bn * bk) * 2 * st > SMEM:
+        return False
+    if sk > 1 and K < 2 * bk * sk:
+        return False
+    progs = -(-N // bn) * sk
+    return N < 2048 or 128 <= progs <= 4096
+
+
 FAMILY = Family(
     name="matmul",
     signature="forward(a, b)",
@@ -63,6 +96,13 @@ FAMILY = Family(
                           {"BLOCK_M": [16, 32, 64], "BLOCK_N": [32, 64, 128],
                            "BLOCK_K": [64, 128, 256], "SPLIT_K": [1, 2, 4, 8],
                            "STAGES": [3, 4], "num_warps": [4]}, _splitk_valid),
+        "persistent": Variant("persistent", HERE / "persistent.py",
+                              {"BLOCK_M": [128], "BLOCK_N": [128, 256], "BLOCK_K": [64, 128],
+                               "GROUP_M": [8], "STAGES": [3, 4], "NUM_SMS": [132],
+                               "SUBTILE": [0, 1], "num_warps": [4, 8]}, _persistent_valid),
+        "skinny": Variant("skinny", HERE / "skinny.py",
+                          {"BLOCK_N": [16, 32, 64], "BLOCK_K": [256, 512], "SPLIT_K": [1, 2, 4],
+                           "STAGES": [3, 5], "num_warps": [4, 8]}, _skinny_valid),
     },
     search_shapes=[(4096, 4096, 4096), (8192, 8192, 8192), (3000, 7000, 5000),
                    (1, 4096, 4096), (8, 6144, 4096), (8, 28672, 8192), (8, 4096, 14336),
