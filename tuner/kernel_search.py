@@ -21,7 +21,8 @@ from tuner.trial import Candidate, GateResult, KernelChoice, Trial
 Evaluate = Callable[[str, dict], dict]  # (variant, config) -> {"time_s"|None, "code", ...}
 
 
-def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = None) -> SearchSpace:
+def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = None,
+                 variants: Optional[list[str]] = None) -> SearchSpace:
     """One dimension for the variant plus the union of the variants' parameters. A point is valid
     when its variant's own parameters form a valid config for `shape`; parameters the variant
     does not use are "don't care" (several points are one config: the search measures it once
@@ -29,9 +30,9 @@ def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = 
     from kernelsearch.families import get
 
     fam = get(family)
-    names = list(fam.variants)
+    names = [n for n in fam.variants if variants is None or n in variants]
     params: dict[str, list] = {}
-    for v in fam.variants.values():
+    for v in (fam.variants[n] for n in names):
         for k, vals in v.dims.items():
             params[k] = sorted(set(params.get(k, [])) | set(vals))
     dims = [Dim("variant", names)] + [Dim(k, vals) for k, vals in params.items()]
@@ -54,7 +55,7 @@ def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = 
                                              shape_bucket=bucket))
 
     def from_candidate(c: Candidate) -> Optional[Point]:
-        if c.kernel is None or c.kernel.variant not in fam.variants:
+        if c.kernel is None or c.kernel.variant not in names:
             return None
         p: Point = {"variant": c.kernel.variant}
         for k, vals in params.items():
@@ -121,18 +122,19 @@ def replay_evaluator(grid: list[dict]) -> Evaluate:
 def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, budget: int,
                   seed: int = 0, store=None, run_id: str = "",
                   on_trial: Optional[Callable[[Trial], None]] = None,
-                  start: Optional[tuple[str, dict]] = None) -> dict:
+                  start: Optional[tuple[str, dict]] = None,
+                  variants: Optional[list[str]] = None) -> dict:
     """Ask/evaluate/tell until `budget` distinct configs were measured (invalid or duplicate
     asks are recorded but cost no measurement). `start` (the previous bucket's winner) is
     measured first, for every proposer alike. Returns the best and the history."""
-    space = kernel_space(family, shape)
+    space = kernel_space(family, shape, variants=variants)
     prop = make(proposer, space, seed=seed, budget=budget)
     seen: dict[str, dict] = {}
     best: Optional[dict] = None
     history = []
     asks = 0
     first = None
-    if start and start[0] in kernel_space_variants(family) and space.is_valid(
+    if start and start[0] in (variants or kernel_space_variants(family)) and space.is_valid(
             space.from_candidate(Candidate(kernel=KernelChoice(family=family, variant=start[0],
                                                                 config=start[1])))):
         first = space.to_candidate(space.from_candidate(Candidate(kernel=KernelChoice(
@@ -282,8 +284,10 @@ def replay_efficiency(res: dict, seeds: int = 10, budget_frac: float = 0.2,
                 start = None
                 for i, row in enumerate(rows):
                     ev = replay_evaluator(row["grid"])
+                    # only the variants the replayed grid measured (newer ones have no timings)
                     r = search_bucket(fr["family"], tuple(row["shape"]), ev, p,
-                                      per_shape[i]["budget"], seed=s * 1000 + i, start=start)
+                                      per_shape[i]["budget"], seed=s * 1000 + i, start=start,
+                                      variants=sorted({g["variant"] for g in row["grid"]}))
                     best = r["best"]["time_s"] if r["best"] else float("inf")
                     pcts[i].append(100.0 * (best / (per_shape[i]["optimum_us"] * 1e-6) - 1))
                     if r["best"]:

@@ -85,3 +85,16 @@ def test_unstable_trials_score_zero_and_policy_refusals_teach_nothing():
     c = Candidate(knobs={"x": 5, "y": 5})
     assert score_of(Trial(candidate=c, verdict="rolled_back", reason="instability_xid", objective=120.0)) == 0.0
     assert score_of(Trial(candidate=c, verdict="rejected", reason="policy_denied")) is None
+
+
+def test_grid_on_a_constrained_space_strides_through_valid_points():
+    # like a kernel space: most combinations are invalid (a variant uses only some parameters)
+    s = SearchSpace([Dim("variant", ["a", "b"]), Dim("x", list(range(16))), Dim("y", list(range(16)))])
+    s.valid = lambda p: (p["variant"] == "a" and p["y"] == 0) or (p["variant"] == "b" and p["x"] == p["y"])
+    g = make("grid", s, seed=0, budget=8)
+    pts = [g.ask().knobs for _ in range(8)]
+    assert all(s.is_valid(p) for p in pts)
+    assert len({(p["variant"], p["x"], p["y"]) for p in pts}) == 8
+    assert {p["variant"] for p in pts} == {"a", "b"}
+    r = make("random", s, seed=0, budget=8)
+    assert [r.ask().knobs for _ in range(8)] != pts

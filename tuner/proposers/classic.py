@@ -63,10 +63,21 @@ class GridProposer(Proposer):
         super().__init__(space, seed, budget)
         levels = grid_levels([len(d.values) for d in space.dims], budget)
         axes = [spread(d.values, n) for d, n in zip(space.dims, levels)]
-        pts = ({d.name: v for d, v in zip(space.dims, combo)} for combo in itertools.product(*axes))
-        self.points = [p for p in pts if space.is_valid(p)]
+        self.points = [p for p in self._product(axes) if space.is_valid(p)]
+        if budget and len(self.points) < budget // 2 and space.valid is not None \
+                and space.size() <= self.MAX_ENUMERATE:
+            # constrained spaces (kernel configs): evenly spaced axes mostly land on invalid
+            # combinations, so stride evenly through the valid points of the full grid instead
+            valid = [p for p in self._product([d.values for d in space.dims]) if space.is_valid(p)]
+            self.points = spread(valid, budget)
         self.i = 0
-        self.rng = random.Random(seed)
+        self.rng = random.Random(f"grid:{seed}")  # not the random proposer's sequence
+
+    MAX_ENUMERATE = 500_000
+
+    def _product(self, axes: list[list[Any]]) -> Any:
+        names = [d.name for d in self.space.dims]
+        return ({n: v for n, v in zip(names, combo)} for combo in itertools.product(*axes))
 
     def ask_point(self) -> Point:
         if self.i < len(self.points):
