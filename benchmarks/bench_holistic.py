@@ -42,6 +42,10 @@ def variants(table_ok: bool) -> dict[str, dict]:
         "dispatch+graphs": {"use_dispatch": True, "cuda_graphs": True},
         "tuned+graphs": {"use_dispatch": True, "cuda_graphs": True, "fuse_projections": True},
         "compile": {"use_dispatch": False, "compile_mode": "max-autotune"},
+        # the same kernels without inductor's cudagraph trees, captured by this runner as a
+        # CUDA graph (how vLLM combines the two)
+        "compile+graphs": {"use_dispatch": False, "compile_mode": "max-autotune-no-cudagraphs",
+                           "cuda_graphs": True},
         "tuned-no-graphs": {"use_dispatch": True, "cuda_graphs": False, "fuse_projections": True},
     }
 
@@ -90,7 +94,11 @@ def run(args: argparse.Namespace) -> dict:
     bench = Bench(model, grid, dispatch)
     dec_all = [("decode", b, c) for b in dbs for c in ctxs]
     pre = [("prefill", args.prefill_batch, c) for c in ctxs]
-    wanted = args.variants.split(",") if args.variants else list(variants(True))
+    wanted = args.variants.split(",") if args.variants else [v for v in variants(True) if v != "compile+graphs"]
+    if "prefill" not in args.phases:
+        pre = []
+    if "decode" not in args.phases:
+        dec_all = []
     for name, rtd in variants(bool(table_path)).items():
         if name not in wanted:
             continue
@@ -137,6 +145,8 @@ def run(args: argparse.Namespace) -> dict:
     from tuner.workloads.llama import DecodeRunner, _sync
 
     for name in ("tuned+graphs", "tuned-no-graphs"):
+        if name not in wanted:
+            continue
         rt = Runtime.from_dict(variants(True)[name])
         times = []
         try:
@@ -265,7 +275,7 @@ def report(res: dict) -> None:
                   + (f"; dispatch calls {v.get('dispatch_calls')}" if v.get("dispatch_calls") else ""))
     # the targets, decode at the first (serving) batch size
     b0 = res["decode_batches"][0]
-    comp = vs.get("compile", {})
+    comp = vs.get("compile+graphs") or vs.get("compile", {})
     for tname in ("dispatch+graphs", "tuned+graphs"):
         tuned = vs.get(tname, {})
         print(f"\ntargets (decode, batch {b0}): {tname} >= 1.15x {BASE} and >= compile at every context")
@@ -308,6 +318,7 @@ def report(res: dict) -> None:
         micro = min(mic["tuned+graphs"]["first_token_s"]) / min(mic["tuned-no-graphs"]["first_token_s"]) - 1
     verdict("tuned+graphs", "tuned-no-graphs", micro)
     verdict("compile", "tuned+graphs")
+    verdict("compile+graphs", "tuned+graphs")
 
 
 def main() -> int:
@@ -321,13 +332,25 @@ def main() -> int:
     ap.add_argument("--prefill-repeats", type=int, default=3)
     ap.add_argument("--table", default="auto", help="dispatch table: auto (host_profiles/kernels/*.json), a path, or none")
     ap.add_argument("--compile-budget-s", type=float, default=180.0)
-    ap.add_argument("--variants", default="", help="comma-separated subset")
+    ap.add_argument("--variants", default="", help="comma-separated subset (compile+graphs only when named)")
+    ap.add_argument("--phases", default="decode,prefill")
+    ap.add_argument("--merge", nargs="+", default=None, help="merge the variants of several results JSONs into --out")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="results JSON (default benchmarks/results/holistic-<gpu>.json)")
     ap.add_argument("--report", default=None, help="print the table and verdicts of a results JSON")
     ap.add_argument("--diagnose", action="store_true", help="also run tuner.diagnose (decode, first "
                     "context and batch) and save its JSON and chart beside the results")
     args = ap.parse_args()
+    if args.merge:
+        res = json.loads(Path(args.merge[0]).read_text())
+        for extra in args.merge[1:]:
+            more = json.loads(Path(extra).read_text())
+            res["variants"].update(more["variants"])
+            res.setdefault("merged_from", []).append({"file": extra, "env": more["env"]})
+        out = Path(args.out)
+        out.write_text(json.dumps(res, indent=1, default=str))
+        report(res)
+        return 0
     if args.report:
         report(json.loads(Path(args.report).read_text()))
         return 0

@@ -114,8 +114,14 @@ class Runtime:
     def key(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    def inductor_graphs(self) -> bool:
+        """torch.compile modes that capture their own CUDA graphs (cudagraph trees)."""
+        return self.compile_mode in ("reduce-overhead", "max-autotune")
+
     def graphs_for(self, batch: int, ctx: int) -> bool:
-        if not self.cuda_graphs or self.compile_mode:
+        """Whether this runner captures the decode step as a CUDA graph itself (a compiled
+        step without inductor's own graphs is captured like an eager one, as vLLM does)."""
+        if not self.cuda_graphs or self.inductor_graphs():
             return False
         if self.graph_capture_sizes is not None and batch not in self.graph_capture_sizes:
             return False
@@ -480,9 +486,12 @@ def compiled(model: Llama, runtime: Runtime, kind: str, dispatch: Any = None) ->
                 return model.prefill(ops, t, c)
         fn = torch.compile(body, mode=runtime.compile_mode)
 
-        def step(*args: Any) -> Any:
-            torch.compiler.cudagraph_mark_step_begin()
-            return fn(*args)
+        if runtime.inductor_graphs():
+            def step(*args: Any) -> Any:
+                torch.compiler.cudagraph_mark_step_begin()
+                return fn(*args)
+        else:
+            step = fn
 
         _COMPILED[key] = step
     return _COMPILED[key]
@@ -495,6 +504,14 @@ def _allow_recompiles(n: int = 64) -> None:
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(cfg, name):
             setattr(cfg, name, max(n, getattr(cfg, name)))
+
+
+def _dynamic_len(cache: list[tuple[Any, Any]]) -> None:
+    import torch
+
+    for k, v in cache:
+        torch._dynamo.maybe_mark_dynamic(k, 2)  # no error if a kernel choice specialises it
+        torch._dynamo.maybe_mark_dynamic(v, 2)
 
 
 def _static(cache: list[tuple[Any, Any]]) -> None:
@@ -529,7 +546,10 @@ class DecodeRunner:
         self.graphed = runtime.graphs_for(batch, ctx)
         self.setup_s = 0.0
         if runtime.compile_mode:
-            _static(self.cache)  # written in place: static addresses keep cudagraphs on
+            if runtime.inductor_graphs():
+                _static(self.cache)  # written in place: static addresses keep cudagraphs on
+            else:  # one compiled step for every context length: no recompile per size
+                _dynamic_len(self.cache)
             fn = compiled(model, runtime, "decode", dispatch)
             self._fn: Callable[[], Any] = lambda: fn(self.tokens, self.pos, self.cache)
         else:
