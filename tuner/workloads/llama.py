@@ -758,7 +758,7 @@ class Bench:
         setup: dict[str, float] = {}
         skipped: list[str] = []
         with torch.no_grad():
-            for kind, b, ctx in (sizes or self.grid.sizes()):
+            for kind, b, ctx in (self.grid.sizes() if sizes is None else sizes):
                 key = size_key(kind, b, ctx)
                 if deadline is not None and time.time() > deadline:
                     skipped.append(key)
