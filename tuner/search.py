@@ -37,6 +37,22 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
     raise BadInput(f"--workload: expected sim, llama or cmd:<command>, got {workload!r}")
 
 
+def llm_context(host: Any, policy: Any) -> dict[str, Any]:
+    """What the LLM proposer is told about this host: the GPU model (its hardware context page)
+    and the policy it must stay inside."""
+    import yaml
+
+    gpu = None
+    if host.has_nvml():
+        try:
+            name = host.nvml.nvmlDeviceGetName(host.nvml.nvmlDeviceGetHandleByIndex(0))
+            gpu = name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:  # a GPU that cannot be named still gets the generic context
+            gpu = None
+    text = yaml.safe_dump(policy.model.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    return {"gpu": gpu, "policy_text": text}
+
+
 def run_host_search(
     settings: Any, budget: int = 30, proposer: str = "optuna", policy: Optional[str] = None,
     knobs: Optional[list[str]] = None, seed: int = 0, repeats: int = 3,
@@ -63,7 +79,8 @@ def run_host_search(
     guard = SafetyContext(host, state_dir, policy=policy)
     start = {n: k.read() for n, k in chosen.items()}
     space = SearchSpace.for_knobs(chosen, start=start)
-    prop = make(proposer, space, seed=seed, budget=budget)
+    prop = make(proposer, space, seed=seed, budget=budget,
+                **(llm_context(host, guard.policy) if proposer == "llm" else {}))
     ev = HostEvaluator(chosen, wl, guard, repeats=repeats, incumbent=dict(start),
                        timeout_s=timeout_s)
     t0 = time.time()
