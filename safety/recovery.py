@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from safety import _crash
 from safety.errors import Busy, SafetyError
 from safety.journal import Journal
 from safety.lock import WriterLock
-from safety.restore import effect_of, restore_change, rollback_txn, same
+from safety.restore import effect_of, rollback_txn, same
 
 
 def _lock(journal: Journal, state_dir: Optional[str | os.PathLike[str]], role: str,

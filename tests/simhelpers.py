@@ -22,3 +22,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
     rc = main(list(args))
     out = capsys.readouterr()
     return rc, out.out, out.err
+
+
+REPO = Path(__file__).resolve().parents[1]
+PERMISSIVE = str(REPO / "safety/policies/permissive.yaml")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from safety.monitors.base import Monitor
 from safety.monitors.canary import CanaryMonitor

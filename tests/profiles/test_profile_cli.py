@@ -8,18 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.simhelpers import host_digest as tree_digest, run_cli as run
+from tests.simhelpers import PERMISSIVE, host_digest as tree_digest, run_cli as run
 from tuner.sim.hostinit import init_host
 
-REPO = Path(__file__).resolve().parents[2]
-PERMISSIVE = str(REPO / "safety/policies/permissive.yaml")
-
-
-@pytest.fixture(autouse=True)
-def _env(tmp_path, monkeypatch):
-    monkeypatch.setenv("METALTUNE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("METALTUNE_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.delenv("METALTUNE_BACKEND", raising=False)
+pytestmark = pytest.mark.usefixtures("cli_env")
 
 
 @pytest.fixture

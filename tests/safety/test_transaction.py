@@ -2,7 +2,6 @@
 in reverse order, watchdog deadline (forked and spawned), caller death, lock, quarantine."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from safety import (ApplyFailed, Busy, Incident, Instability, PolicyDenied, ProbationExpired,
+from safety import (ApplyFailed, Busy, Instability, PolicyDenied, ProbationExpired,
                     Quarantined, Transaction, WriterLock)
 from safety.monitors.base import Monitor
 from tests.safety import _knobs

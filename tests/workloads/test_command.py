@@ -1,5 +1,4 @@
 """The user's own benchmark command as a workload: real subprocesses."""
-import json
 import sys
 import textwrap
 import time

@@ -3,7 +3,6 @@ imports (torch, triton, optuna) happen inside commands, never at start-up."""
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path

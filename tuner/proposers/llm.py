@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 from tuner.errors import BadInput, OperationFailed
 from tuner.llm import context as ctx
 from tuner.llm import cost as costs
-from tuner.llm.schemas import HOST_TOOL, KERNEL_TOOL, MODELS, HostProposal, KernelProposal, tools
+from tuner.llm.schemas import MODELS, HostProposal, KernelProposal, tools
 from tuner.proposers.base import Point, ProposalRejected, Proposer, SearchSpace
 from tuner.trial import Candidate, KernelChoice, Trial
 

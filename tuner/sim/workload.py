@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.errors import OperationFailed
 from tuner.sim import model
 from tuner.sim.events import queue_xid
 from tuner.sim.skus import get_sku
