@@ -69,7 +69,7 @@ def test_log_lines_are_greppable_key_value():
 
         logging.getLogger("safety.test").warning("from a library")
     finally:
-        logs.configure("info", stream=None)
+        logs.unconfigure()  # later tests must not find their logs on stdout
     lines = buf.getvalue().splitlines()
     assert len(lines) == 2
     first = lines[0]

@@ -37,6 +37,18 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
     root.setLevel(logging.DEBUG if _min_level == "debug" else logging.INFO)
 
 
+def unconfigure() -> None:
+    """Take the handler off the root logger again (for code that configured logging in a
+    process that goes on doing other things, e.g. a test)."""
+    global _stream
+    _stream = None
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if isinstance(h, _Handler):
+            root.removeHandler(h)
+    root.setLevel(logging.WARNING)
+
+
 def fmt_value(v: Any) -> str:
     if v is None:
         return "null"
