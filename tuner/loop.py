@@ -55,8 +55,7 @@ def run(
             else:
                 trial = evaluator.evaluate(candidate, trial)
         trial.duration_s = time.time() - t0
-        if hasattr(proposer, "trial_cost"):  # LLM proposer: tokens and $ of this answer
-            trial.cost = proposer.trial_cost(trial)
+        trial.cost = proposer.trial_cost(trial)  # the LLM proposer's tokens and $; else {}
         store.add(trial)
         proposer.tell(trial)
         result.trials.append(trial)

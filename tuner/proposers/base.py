@@ -120,6 +120,10 @@ class Proposer(ABC):
         self.history.append((p, score, trial))
         self.observe(p, score, trial)
 
+    def trial_cost(self, trial: Trial) -> dict[str, float]:
+        """What proposing this trial cost (tokens, dollars); free for the classical proposers."""
+        return {}
+
     def observe(self, point: Point, score: Optional[float], trial: Trial) -> None:
         """Hook for proposers that learn (score None: never measured, e.g. policy refusal)."""
 
