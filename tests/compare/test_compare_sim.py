@@ -72,4 +72,6 @@ def test_profile_state_moves_the_sim_numbers(sims, tmp_path):
     cmp = {m["name"]: m["comparisons"][0] for m in json.loads(r.stdout)["metrics"]}
     assert cmp["decode_tok_s"]["high"] < 0.95
     assert cmp["gemm_bf16_tflops"]["high"] < 0.95
-    assert cmp["h2d_pinned_gbps"]["verdict"] == "within noise"
+    # the power limit does not move copies over PCIe: any difference is the sim's 1.5% noise
+    # (a verdict would be "within noise" 95% of the time, so the test checks the size instead)
+    assert abs(cmp["h2d_pinned_gbps"]["ratio"] - 1.0) < 0.04

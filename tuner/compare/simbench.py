@@ -107,8 +107,11 @@ def run(host: Any, facts: dict[str, Any], cfg: Config, seed: int | None) -> list
     base = BASE.get(sku, BASE["h200"])
     vm = bool(info.get("vm")) or facts.get("virtualisation") == "vm"
     gpus = int(info.get("gpus", facts.get("gpu_count") or 1) or 1)
-    # a given seed reproduces a run; two sim hosts never share a noise sequence
-    rng = random.Random(f"{seed}:{info.get('seed')}:{root}") if seed is not None else random.Random()
+    # a given seed reproduces a run, wherever the host folder lies (the folder's name, not its
+    # path, so a test's temporary directory does not change the noise); differently named or
+    # seeded hosts get different noise sequences
+    rng = (random.Random(f"{seed}:{info.get('seed')}:{vm}:{root.name}") if seed is not None
+           else random.Random())
     mf = model_factors(root)
     f_link = link_factor(facts, base)
     ro = facts.get("gpu0_relaxed_ordering")
