@@ -7,13 +7,11 @@ the best settings as a host profile and returns a summary. The same seed gives t
 from __future__ import annotations
 
 import tempfile
-import time
 from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tuner import loop
 from tuner.trial import Trial
 
 DEMO_KNOBS = ("power_limit_w", "locked_clocks_mhz", "locked_mem_clocks_mhz",
@@ -35,14 +33,12 @@ def run_demo(
 ) -> dict[str, Any]:
     from tuner.host import open_host
     from tuner.knobs import gpu
-    from tuner.proposers import SearchSpace, make
     from tuner.safety_glue import SafetyContext
+    from tuner.search import search_knobs
     from tuner.sim import model
     from tuner.sim.hostinit import init_host
     from tuner.sim.state import SimState
     from tuner.sim.workload import SimWorkload
-    from tuner.store import TrialStore
-    from tuner.evaluate import HostEvaluator
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="metaltune-demo-"))
     sim_root, state_dir = workdir / "host", workdir / "state"
@@ -50,35 +46,30 @@ def run_demo(
     host = open_host("sim", sim_root)
     knobs = {k.name: k for k in gpu.discover(host)
              if k.name.split(".", 1)[1] in DEMO_KNOBS and k.limits().search_values()}
-    start = {n: k.read() for n, k in knobs.items()}
-    space = SearchSpace.for_knobs(knobs)
-    prop = make(proposer, space, seed=seed, budget=trials)
-    workload = SimWorkload(sim_root)
     guard = SafetyContext(host, state_dir, policy=demo_policy_path())
-    ev = HostEvaluator(knobs, workload, guard, repeats=repeats, incumbent=dict(start),
-                       timeout_s=1.0)  # the sim measures in ms: 1 s is a hang
-    t0 = time.time()
-    base = ev.measure_incumbent(repeats=8)
-    with TrialStore.in_state_dir(state_dir) as store:
-        run_id = store.new_run("demo", {"sku": sku, "seed": seed, "proposer": proposer,
-                                        "baseline": base.model_dump(), "start": start})
-        res = loop.run(prop, ev, store, run_id, trials, on_trial=on_trial)
-    best_settings = dict(ev.incumbent)
-    final = ev.measure_incumbent(repeats=8)  # the kept settings, measured like the baseline
-    guard.close()
+    try:
+        run = search_knobs(
+            knobs, SimWorkload(sim_root), guard, proposer, trials, seed=seed, repeats=repeats,
+            timeout_s=1.0,  # the sim measures in ms: 1 s is a hang
+            baseline_repeats=8, kind="demo", meta={"sku": sku, "seed": seed}, on_trial=on_trial)
+        best_settings = dict(run.evaluator.incumbent)
+        final = run.evaluator.measure_incumbent(repeats=8)  # the kept settings, like the baseline
+    finally:
+        guard.close()
+    base, start = run.baseline, run.start
 
     state = SimState(sim_root).read()
     chip = state["gpus"][0]["chip"]
     opt = model.optimum(sku, chip=chip)
     profile_path = write_profile(workdir / "best-profile.yaml", sku, best_settings, start,
-                                 base.value, final.value, seed, proposer, len(res.trials))
-    counts = Counter(t.verdict for t in res.trials)
-    rejected = Counter(t.reason for t in res.trials if t.verdict == "rejected")
-    rolled = Counter(t.reason for t in res.trials if t.verdict == "rolled_back")
-    reverted = Counter(t.reason for t in res.trials if t.verdict == "reverted")
+                                 base.value, final.value, seed, proposer, len(run.trials))
+    counts = Counter(t.verdict for t in run.trials)
+    rejected = Counter(t.reason for t in run.trials if t.verdict == "rejected")
+    rolled = Counter(t.reason for t in run.trials if t.verdict == "rolled_back")
+    reverted = Counter(t.reason for t in run.trials if t.verdict == "reverted")
     return {
         "sku": sku, "seed": seed, "proposer": proposer,
-        "trials": len(res.trials),
+        "trials": len(run.trials),
         "kept": counts.get("kept", 0),
         "reverted": counts.get("reverted", 0),
         "rolled_back": counts.get("rolled_back", 0),
@@ -96,12 +87,12 @@ def run_demo(
         "profile_path": str(profile_path),
         "state_dir": str(state_dir),
         "sim_root": str(sim_root),
-        "run_id": res.run_id,
-        "seconds": round(time.time() - t0, 2),
+        "run_id": run.run_id,
+        "seconds": run.seconds,
         "trials_detail": [
             {"n": t.number, "verdict": t.verdict, "reason": t.reason, "knobs": t.candidate.knobs,
              "gain": t.gain, "incident": (t.incident or {}).get("detail")}
-            for t in res.trials
+            for t in run.trials
         ],
     }
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from tuner import gates as G
 from tuner import keep
 from tuner.errors import OperationFailed, WorkloadFailed, WorkloadHang
 from tuner.knobs.base import Knob, values_equal
 from tuner.trial import Candidate, GateResult, Measurement, Trial
+
 
 @dataclass
 class HostEvaluator:
@@ -24,9 +25,8 @@ class HostEvaluator:
     timeout_s: float = 10.0
     z: float = 2.0
     incumbent: dict[str, Any] = field(default_factory=dict)
-    noise_samples: list[float] = field(default_factory=list)  # incumbent samples (relative)
+    noise_samples: list[float] = field(default_factory=list)  # the incumbent's samples so far
     seen: set[str] = field(default_factory=set)
-    on_event: Optional[Callable[[str, dict[str, Any]], None]] = None
 
     def __post_init__(self) -> None:
         if not self.incumbent:
@@ -73,7 +73,6 @@ class HostEvaluator:
         self.seen.add(cand.key())
         changes = self.changes(cand)
         before = {n: self.incumbent[n] for n in changes}
-        trial.incumbent = None
         try:
             txn = self.safety.begin(self.knobs, changes, label=f"{trial.run_id}#{trial.number}",
                                     candidate_key=cand.key())
@@ -125,7 +124,7 @@ class HostEvaluator:
             pairs += 1
             if pairs < self.repeats:
                 continue
-            d = keep.decide(keep.pool(a), keep.pool(b), pooled_noise=self.pooled_noise, z=self.z)
+            d = keep.decide(a, b, pooled_noise=self.pooled_noise, z=self.z)
             if d.reason != "within_noise" or pairs >= self.max_repeats or d.stats["mean_log_ratio"] <= 0:
                 break
         if pairs % 2 == 0:  # the last pair ended on the incumbent
@@ -136,7 +135,7 @@ class HostEvaluator:
         inc_m, cand_m = keep.pool(a), keep.pool(b)
         assert inc_m is not None and cand_m is not None
         self.noise_samples.extend(inc_m.samples)
-        d = keep.decide(inc_m, cand_m, pooled_noise=self.pooled_noise, z=self.z)
+        d = keep.decide(a, b, pooled_noise=self.pooled_noise, z=self.z)
         trial.measurements = {"incumbent": inc_m.model_dump(), "candidate": cand_m.model_dump(),
                               "decision": {"threshold": d.threshold, **d.stats}}
         trial.objective, trial.incumbent, trial.gain = cand_m.value, inc_m.value, d.gain

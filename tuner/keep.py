@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence, Union
 
 from tuner.trial import Measurement
 
@@ -32,15 +32,24 @@ def rel_noise(samples: list[float]) -> float:
     return statistics.stdev(samples) / m if m else 0.0
 
 
+Side = Union[Measurement, Sequence[Measurement]]
+
+
 def decide(
-    incumbent: Measurement,
-    candidate: Measurement,
+    incumbent: Side,
+    candidate: Side,
     pooled_noise: float = 0.0,
     z: float = 2.0,
     min_gain: float = 0.0,
     size_tolerance: float = 0.01,
 ) -> Decision:
-    a, b = incumbent.samples or [incumbent.value], candidate.samples or [candidate.value]
+    """Each side is one Measurement or the list of its repeats (per-size results kept raw, so
+    the per-size veto can see each size's own spread)."""
+    inc_runs = [incumbent] if isinstance(incumbent, Measurement) else list(incumbent)
+    cand_runs = [candidate] if isinstance(candidate, Measurement) else list(candidate)
+    inc, cand = pool(inc_runs), pool(cand_runs)
+    assert inc is not None and cand is not None, "decide: both sides need a measurement"
+    a, b = inc.samples or [inc.value], cand.samples or [cand.value]
     n = min(len(a), len(b))
     logs = [math.log(b[i] / a[i]) for i in range(n) if a[i] > 0 and b[i] > 0]
     mean = statistics.fmean(logs) if logs else 0.0
@@ -54,27 +63,20 @@ def decide(
              "pooled_noise": pooled_noise, "se": se}
 
     if mean > threshold:
-        worst = _worst_size(incumbent, candidate, size_tolerance)
-        if worst is not None:
-            stats["regressed_size"] = worst
-            return Decision("reverted", "size_regressed", gain, threshold, stats)
+        if inc.per_size and cand.per_size:
+            # the per-size veto is the holistic rule's (tuner.holistic), not a second copy of it
+            from tuner.holistic import decide_sizes
+
+            _, _, sizes = decide_sizes(inc_runs, cand_runs, tolerance=size_tolerance)
+            if sizes["regressed"]:
+                worst = sizes["regressed"][0]
+                stats["regressed_size"] = {"size": worst,
+                                           "change": sizes["per_size"][worst]["ratio"] - 1.0}
+                return Decision("reverted", "size_regressed", gain, threshold, stats)
         return Decision("kept", "improved", gain, threshold, stats)
     if mean < -threshold:
         return Decision("reverted", "worse", gain, threshold, stats)
     return Decision("reverted", "within_noise", gain, threshold, stats)
-
-
-def _worst_size(inc: Measurement, cand: Measurement, tol: float) -> Optional[dict[str, Any]]:
-    """The size that regressed most beyond `tol`, or None (no per-size results, or none did)."""
-    worst = None
-    for size, a in inc.per_size.items():
-        b = cand.per_size.get(size)
-        if b is None or a <= 0:
-            continue
-        change = b / a - 1.0
-        if change < -tol and (worst is None or change < worst["change"]):
-            worst = {"size": size, "change": change}
-    return worst
 
 
 def pool(measurements: list[Measurement]) -> Optional[Measurement]:

@@ -52,6 +52,9 @@ class IntRange(BaseModel):
     def from_search(self, v: Any) -> int:
         return int(v)
 
+    def to_search(self, value: Any) -> Any:
+        return value
+
     def describe(self) -> str:
         return f"[{self.min}, {self.max}] step {self.step}{(' ' + self.unit) if self.unit else ''}"
 
@@ -75,6 +78,9 @@ class Choice(BaseModel):
 
     def from_search(self, v: Any) -> Any:
         return v
+
+    def to_search(self, value: Any) -> Any:
+        return value
 
     def describe(self) -> str:
         return "{" + ", ".join(repr(v) for v in self.values) + "}"
@@ -116,6 +122,10 @@ class ClockLock(BaseModel):
     def from_search(self, v: Any) -> list[int]:
         return [int(v), int(v)]
 
+    def to_search(self, value: Any) -> Any:
+        """A lock's upper clock (the search pins min == max); None for unlocked."""
+        return value[-1] if isinstance(value, (list, tuple)) else value
+
     def describe(self) -> str:
         s = sorted(self.supported)
         if not s:
@@ -140,6 +150,9 @@ class Unsupported(BaseModel):
 
     def from_search(self, v: Any) -> Any:
         raise OutOfDomain(self.reason)
+
+    def to_search(self, value: Any) -> Any:
+        return None
 
     def describe(self) -> str:
         return f"unsupported ({self.reason})"

@@ -70,18 +70,21 @@ class SearchSpace:
         def from_candidate(c: Candidate) -> Optional[Point]:
             out: Point = {}
             for d in dims:
-                v = c.knobs.get(d.name)
+                v = doms[d.name].to_search(c.knobs.get(d.name))
                 if v is None:
                     return None
-                if isinstance(v, (list, tuple)):  # a pinned clock lock [f, f] searches as f
-                    v = v[-1]
                 try:
                     out[d.name] = d.values[d.index(v)]
                 except ValueError:
                     return None
             return out
 
-        return cls(dims, to_candidate, from_candidate, start=start)
+        # the incumbent's knob values as a point; a value with no search equivalent (unlocked
+        # clocks) leaves its dimension to the proposer's own default
+        point = None if start is None else {
+            d.name: doms[d.name].to_search(start.get(d.name)) for d in dims
+            if doms[d.name].to_search(start.get(d.name)) is not None}
+        return cls(dims, to_candidate, from_candidate, start=point)
 
 
 class Proposer(ABC):

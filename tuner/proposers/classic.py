@@ -99,11 +99,11 @@ class CoordinateProposer(Proposer):
                  points_per_sweep: int = 7, **kw: Any):
         super().__init__(space, seed, budget)
         self.k = points_per_sweep
-        self.best: Point = dict(space.start) if space.start else {
-            d.name: d.values[len(d.values) // 2] for d in space.dims
-        }
-        for d in space.dims:  # snap a start off the grid onto it
-            self.best[d.name] = d.values[d.index(self.best[d.name])]
+        start = space.start or {}
+        self.best: Point = {}
+        for d in space.dims:  # from the incumbent where given (snapped onto the grid), else the middle
+            v = start.get(d.name)
+            self.best[d.name] = d.values[d.index(v)] if v is not None else d.values[len(d.values) // 2]
         self.best_score: Optional[float] = None
         self.radius = {d.name: len(d.values) for d in space.dims}
         self.queue: list[Point] = []

@@ -32,11 +32,8 @@ class OptunaProposer(Proposer):
         self.optuna = optuna
         self.study = optuna.create_study(direction="maximize", sampler=s)
         self.pending: dict[str, list[Any]] = {}  # point key -> asked optuna trials
-        if space.start:
-            try:
-                self.study.enqueue_trial({d.name: d.index(space.start[d.name]) for d in space.dims})
-            except (KeyError, ValueError):
-                pass
+        # space.start (the incumbent) is not enqueued: proposing the incumbent is a no-change
+        # trial; its measured result reaches the sampler through tell() like any other
 
     def ask_point(self) -> Point:
         for attempt in range(21):
