@@ -28,7 +28,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-COMPILE_FAMILIES = {"softmax", "rmsnorm", "swiglu", "decode_attention"}
+COMPILE_FAMILIES = {"softmax", "rmsnorm", "swiglu", "decode_attention", "rope"}
 
 
 def log(*a, end="\n"):
@@ -233,7 +233,7 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
 def fmt_cfg(v, cfg):
     short = {"num_warps": "w", "STAGES": "s", "BLOCK": "B", "ROWS": "R", "BLOCK_M": "m",
              "BLOCK_N": "n", "BLOCK_K": "k", "GROUP_M": "g", "SPLIT_K": "sk", "SPLIT": "sp",
-             "BLOCK_R": "br", "BLOCK_C": "bc"}
+             "BLOCK_R": "br", "BLOCK_C": "bc", "BLOCK_H": "h"}
     return f"{v}(" + ",".join(f"{short.get(k, k)}{x}" for k, x in cfg.items()) + ")"
 
 
@@ -344,7 +344,8 @@ def run(args) -> int:
         "copy_Bps": 1e9, "read_Bps": 1e9, "bf16_flops": 1e9}
     log(f"ceilings: {json.dumps({k: round(v / 1e12, 3) for k, v in res['ceilings'].items()})} (T/s)")
     fams = args.families.split(",")
-    weights = {"softmax": 2.6, "rmsnorm": 1.0, "swiglu": 0.6, "matmul": 1.2, "decode_attention": 0.8}
+    weights = {"softmax": 2.6, "rmsnorm": 1.0, "swiglu": 0.6, "matmul": 1.2, "decode_attention": 0.8,
+               "rope": 0.4}
     for i, name in enumerate(fams):
         left = args.budget_s - (time.time() - t0)
         share = left * weights.get(name, 1) / sum(weights.get(n, 1) for n in fams[i:])
@@ -422,7 +423,8 @@ def harness_check(args) -> int:
     for n in NAMES:
         fam = get(n)
         shape = {"softmax": (4096, 8192), "rmsnorm": (4096, 8192), "swiglu": (4096, 8192),
-                 "matmul": (2048, 2048, 2048), "decode_attention": (8, 32, 8, 4096, 128)}[n]
+                 "matmul": (2048, 2048, 2048), "decode_attention": (8, 32, 8, 4096, 128),
+                 "rope": (64, 40, 128)}[n]
         for vname, var in fam.variants.items():
             cfgs = var.configs(shape)
             if not cfgs:  # e.g. split-K is only for skinny products: use a shape it takes
@@ -465,7 +467,7 @@ def harness_check(args) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
-    ap.add_argument("--families", default="softmax,rmsnorm,swiglu,matmul,decode_attention")
+    ap.add_argument("--families", default="softmax,rmsnorm,swiglu,matmul,decode_attention,rope")
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--smoke", action="store_true")

@@ -124,3 +124,7 @@ def matmul(a, b):
 
 def decode_attention(q, k, v):
     return call("decode_attention", q, k, v)
+
+
+def rope(x, cos, sin):
+    return call("rope", x, cos, sin)

@@ -7,7 +7,7 @@ import importlib
 
 from kernelsearch.families.base import Family, Variant  # noqa: F401  (re-exported)
 
-NAMES = ("softmax", "rmsnorm", "swiglu", "matmul", "decode_attention")
+NAMES = ("softmax", "rmsnorm", "swiglu", "matmul", "decode_attention", "rope")
 
 
 def get(name: str) -> Family:

@@ -191,4 +191,7 @@ def random_shapes(family: Family, n: int, big: bool = False) -> list:
             g = r.choice([1, 2, 4, 8])
             out.append((r.randint(1, 4 if big else 2), hkv * g, hkv,
                         r.randint(1, 20000 if big else 150), r.choice([64, 128] if big else [16, 32])))
+        elif family.name == "rope":
+            out.append((r.randint(1, 300 if big else 4), r.randint(1, 140 if big else 8),
+                        2 * r.randint(1, 128 if big else 20)))
     return out

@@ -188,6 +188,12 @@ class Ops:
         return a @ b
 
     @staticmethod
+    def plain_rope(x: Any, cos: Any, sin: Any) -> Any:
+        """x (B, NH, D), the q and k heads of one token; cos/sin (B or 1, D/2): Llama.apply_rope's
+        ops, so the result is bit-identical to rotating q and k separately."""
+        return Llama.apply_rope(x, cos.unsqueeze(-2), sin.unsqueeze(-2))
+
+    @staticmethod
     def plain_decode_attention(q: Any, k: Any, v: Any) -> Any:
         """q (B, Hq, 1, D); k, v (B, Hkv, L, D) -> (B, Hq, 1, D)."""
         import torch.nn.functional as F
@@ -202,6 +208,9 @@ class Ops:
 
     def matmul(self, a: Any, b: Any) -> Any:
         return self._call("matmul", self.plain_matmul, a, b)
+
+    def rope(self, x: Any, cos: Any, sin: Any) -> Any:
+        return self._call("rope", self.plain_rope, x, cos, sin)
 
     def decode_attention(self, q: Any, k: Any, v: Any) -> Any:
         if self.rt.attn_impl == "split_kv":
@@ -350,13 +359,14 @@ class Llama:
         return ops.matmul(h, L["wq"]), ops.matmul(h, L["wk"]), ops.matmul(h, L["wv"])
 
     def _mlp(self, ops: Ops, L: dict[str, Any], h: Any) -> Any:
-        # gate|up fused only for decode-sized inputs: the halves are strided views, and a kernel
-        # may want them contiguous (a cheap copy at a few rows, gigabytes at a long prefill)
+        # gate|up fused only for decode-sized inputs (at a long prefill the strided halves would
+        # cost a kernel that needs them contiguous a gigabyte-sized copy). The halves go in as
+        # strided views: swiglu/rows reads them in place, the others copy what they need.
         if ops.rt.fuse_projections and h.shape[0] <= 64:
             self.ensure_fused()
             gu = ops.matmul(h, L["w_gu"])
             f = self.cfg.ffn_dim
-            return ops.matmul(ops.swiglu(gu[:, :f].contiguous(), gu[:, f:].contiguous()), L["w_down"])
+            return ops.matmul(ops.swiglu(gu[:, :f], gu[:, f:]), L["w_down"])
         return ops.matmul(ops.swiglu(ops.matmul(h, L["w_gate"]), ops.matmul(h, L["w_up"])), L["w_down"])
 
     def decode_step(self, ops: Ops, tokens: Any, pos: Any, cache: list[tuple[Any, Any]]) -> Any:
@@ -379,11 +389,21 @@ class Llama:
         x = self.embed[tokens]  # (B, d)
         for L, (kc, vc) in zip(self.layers, cache):
             h = ops.rmsnorm(x, L["attn_norm"], c.norm_eps)
-            q, k, v = self._qkv(ops, L, h)
-            q = self.apply_rope(q.reshape(B, c.n_heads, 1, hd), cos, sin)
-            k = self.apply_rope(k.reshape(B, c.n_kv_heads, 1, hd), cos, sin)
-            v = v.reshape(B, c.n_kv_heads, 1, hd)
-            ops.elementwise(2)
+            if ops.rt.fuse_projections:
+                # q and k heads sit side by side in the fused output: rotate both in one op
+                # (one kernel launch with a rope table entry, instead of ~16 glue kernels)
+                self.ensure_fused()
+                qkv = ops.matmul(h, L["wqkv"])
+                nh = c.n_heads + c.n_kv_heads
+                qk = ops.rope(qkv[:, :nh * hd].view(B, nh, hd), cos, sin)
+                q, k = qk[:, :c.n_heads].unsqueeze(2), qk[:, c.n_heads:].unsqueeze(2)
+                v = qkv[:, nh * hd:].view(B, c.n_kv_heads, 1, hd)
+            else:
+                q, k, v = self._qkv(ops, L, h)
+                q = self.apply_rope(q.reshape(B, c.n_heads, 1, hd), cos, sin)
+                k = self.apply_rope(k.reshape(B, c.n_kv_heads, 1, hd), cos, sin)
+                v = v.reshape(B, c.n_kv_heads, 1, hd)
+                ops.elementwise(2)
             if isinstance(pos, int):
                 kc[:, :, pos:pos + 1].copy_(k)
                 vc[:, :, pos:pos + 1].copy_(v)

@@ -1,0 +1,67 @@
+"""Merge dispatch tables: entries of each NEW table replace the BASE entries they overlap (same
+family, dtype and match, intersecting ranges); the rest of BASE is kept. Lookups take the first
+covering entry, so new entries go first. Optionally keep only some families or variants of NEW
+(e.g. swiglu/rows where the model passes strided halves that other variants would copy).
+
+    python3 benchmarks/merge_tables.py BASE NEW [NEW...] --out OUT [--only rope,rmsnorm:streamed]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernelsearch.table import DispatchTable  # noqa: E402
+
+
+def overlaps(a, b) -> bool:
+    if (a.family, a.dtype, a.match) != (b.family, b.dtype, b.match):
+        return False
+    for k in set(a.ranges) & set(b.ranges):
+        (alo, ahi), (blo, bhi) = a.ranges[k], b.ranges[k]
+        if ahi < blo or bhi < alo:
+            return False
+    return True
+
+
+def wanted(e, only: list[str]) -> bool:
+    if not only:
+        return True
+    for o in only:
+        fam, _, var = o.partition(":")
+        if e.family == fam and (not var or e.variant == var):
+            return True
+    return False
+
+
+def merge(base: DispatchTable, news: list[DispatchTable], only: list[str], note: str) -> DispatchTable:
+    added = [e for t in news for e in t.entries if wanted(e, only)]
+    kept = [e for e in base.entries if not any(overlaps(e, n) for n in added)]
+    meta = dict(base.meta)
+    meta[f"update_{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}"] = note or (
+        f"merged {len(added)} entries ({', '.join(sorted({e.family for e in added}))}); "
+        f"{len(base.entries) - len(kept)} overlapping entries replaced")
+    return DispatchTable(added + kept, device=base.device, meta=meta)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("base")
+    ap.add_argument("new", nargs="+")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="", help="family or family:variant list to take from NEW")
+    ap.add_argument("--note", default="")
+    a = ap.parse_args()
+    t = merge(DispatchTable.load(a.base), [DispatchTable.load(p) for p in a.new],
+              [o for o in a.only.split(",") if o], a.note)
+    t.save(a.out)
+    for e in t.entries:
+        print(e.family, e.match, e.ranges, e.variant, e.config)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
