@@ -43,7 +43,8 @@ def installed() -> Optional[DispatchTable]:
 
 
 def stats() -> dict[str, int]:
-    """How many calls ran a table kernel and how many fell back to torch (since install)."""
+    """How many calls ran a table kernel and how many fell back to torch, since the process
+    started (callers take differences)."""
     return dict(_stats)
 
 

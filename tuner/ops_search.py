@@ -1,4 +1,5 @@
-"""Operation "search_host": a host search (the daemon runs it in a child process)."""
+"""Search operations: "search_host", "search_kernel", "search_mixed" (the daemon runs each in a
+child process)."""
 from __future__ import annotations
 
 from typing import Any
@@ -21,3 +22,11 @@ def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
     from tuner.kernel_search import run_kernel_search
 
     return run_kernel_search(Path(settings.state_dir), **kw)
+
+
+@operation("search_mixed")
+def search_mixed(settings: Any, **kw: Any) -> dict[str, Any]:
+    """Host, runtime and kernel candidates in one search (tuner/search_mixed.py)."""
+    from tuner.search_mixed import run_mixed_search
+
+    return run_mixed_search(settings, **kw)

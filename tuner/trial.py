@@ -33,6 +33,7 @@ REASONS: dict[str, str] = {
     "too_fast": "faster than the physical floor: a measurement fault",
     "apply_failed": "the write failed or the read-back disagreed",
     "measure_failed": "the workload failed to produce a metric",
+    "not_installable": "a kernel from source passed the judge but a dispatch table can name only shipped variants",
     # rolled back after apply
     "instability_xid": "an Xid event during probation",
     "instability_ecc": "ECC errors during probation",
@@ -56,6 +57,9 @@ class Candidate(BaseModel):
     knobs: dict[str, Any] = Field(default_factory=dict)
     kernel: Optional[KernelChoice] = None
     runtime: dict[str, Any] = Field(default_factory=dict)  # e.g. {"cuda_graphs": false}
+    #: several kernel choices at once (a mixed search changes one per shape-bucket slot;
+    #: variant None = the torch op, no table entry). `kernel` stays the single-kernel form.
+    kernels: list[KernelChoice] = Field(default_factory=list)
     proposer: str = ""
     rationale: str = ""
 
@@ -63,10 +67,12 @@ class Candidate(BaseModel):
         """Identity for de-duplication and quarantine."""
         import json
 
-        return json.dumps(
-            {"knobs": self.knobs, "kernel": self.kernel.model_dump() if self.kernel else None,
-             "runtime": self.runtime}, sort_keys=True, default=str,
-        )
+        d: dict[str, Any] = {"knobs": self.knobs,
+                             "kernel": self.kernel.model_dump() if self.kernel else None,
+                             "runtime": self.runtime}
+        if self.kernels:  # only when used: keys stored before the field existed stay the same
+            d["kernels"] = [k.model_dump() for k in self.kernels]
+        return json.dumps(d, sort_keys=True, default=str)
 
 
 class GateResult(BaseModel):

@@ -51,9 +51,10 @@ def test_malformed_table_names_the_field(mutate, field):
 
 
 def test_no_table_is_plain_torch():
+    k0 = dispatch.stats()["kernel"]  # counts for the whole process: other tests ran kernels
     x = torch.randn(4, 64)
     assert torch.equal(dispatch.softmax(x), torch.softmax(x, -1))
-    assert dispatch.stats()["kernel"] == 0
+    assert dispatch.stats()["kernel"] == k0
 
 
 def test_inside_range_runs_the_kernel_outside_falls_back():

@@ -1,4 +1,4 @@
-"""`metaltune search host|kernel`. `kernel` is registered by tuner/cli/kernel_cmd.py."""
+"""`metaltune search host|mixed|kernel`. `kernel` is registered by tuner/cli/kernel_cmd.py."""
 from __future__ import annotations
 
 import json
@@ -40,6 +40,52 @@ def search_host_cmd(
         from rich.console import Console
 
         Console().print(res)
+
+
+@search_app.command("mixed")
+def search_mixed_cmd(
+    ctx: typer.Context,
+    budget: int = typer.Option(20, "--budget", help="Trials to run."),
+    proposer: str = typer.Option("random", "--proposer", help="random|grid|coordinate|optuna|llm"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="Policy YAML (default: the shipped conservative one)."),
+    knobs: Optional[list[str]] = typer.Option(None, "--knob", help="Knob name or glob; repeatable; 'none': no host knobs."),
+    families: Optional[list[str]] = typer.Option(None, "--family", help="Kernel family; repeatable (default: every family the workload calls); 'none': no kernels."),
+    runtime: Optional[bool] = typer.Option(None, "--runtime/--no-runtime", help="Search runtime settings (CUDA graphs, fused projections, attention); default: on for llama workloads."),
+    seed: int = typer.Option(0, "--seed"),
+    rounds: int = typer.Option(3, "--rounds", help="Interleaved A/B pairs per trial."),
+    repeats: int = typer.Option(3, "--repeats", help="Repeats inside each measurement."),
+    max_choices: int = typer.Option(6, "--max-choices", help="Values per kernel slot, torch included."),
+    table: Optional[str] = typer.Option(None, "--table", help="Start from this dispatch table (JSON)."),
+    workload: Optional[str] = typer.Option(None, "--workload", help="sim-llama (sim host default) | llama | sim | cmd:<command line>"),
+    metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
+    timeout_s: float = typer.Option(600.0, "--timeout", help="Per measurement."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Search host settings, runtime settings and kernel choices together: each candidate is
+    gated (policy, kernel judge), applied (host in a safety transaction, kernels in the dispatch
+    table, runtime in the workload), A/B-measured end to end against the incumbent and kept only
+    if no size regresses; everything else is rolled back."""
+    from tuner import ops
+
+    res = ops.invoke(settings(ctx), "search_mixed", budget=budget, proposer=proposer,
+                     policy=policy, knobs=knobs, families=families, runtime=runtime, seed=seed,
+                     rounds=rounds, repeats=repeats, max_choices=max_choices, table=table,
+                     workload=workload, metric_regex=metric_regex, timeout_s=timeout_s)
+    if as_json:
+        print(json.dumps(res, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"run {res['run_id']}: {res['trials']} trials, {res['by_verdict']}")
+    t = Table("kind", "verdict:reason", "trials")
+    for kind, counts in res["by_kind"].items():
+        for vr, n in counts.items():
+            t.add_row(kind, vr, str(n))
+    con.print(t)
+    con.print({"kept": res["kept"]})
+    con.print(f"dispatch table ({res['table_entries']} entries) -> {res['table']}")
 
 
 def register(app: typer.Typer) -> None:

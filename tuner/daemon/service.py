@@ -38,7 +38,7 @@ DEDUP_S = 10.0
 #: how long a write request waits for another write (or a search) before "busy"
 WRITE_WAIT_S = 30.0
 #: searches never run inside the daemon: a child process gets the writer lock for the run
-SEARCH_OPS = frozenset({"search_host", "search_kernel"})
+SEARCH_OPS = frozenset({"search_host", "search_kernel", "search_mixed"})
 DAEMON_OPS = ("daemon", "search_stop")
 
 

@@ -1,0 +1,274 @@
+"""The joint search space of a mixed search: host knobs + runtime settings + kernel slots.
+
+- host: one dimension per knob over the domain the device reports (`SearchSpace.for_knobs`);
+- runtime: `runtime.<setting>` over a few values (the holistic workload's `Runtime` fields);
+- kernels: one slot per (family, dtype, shape) the workload actually calls (traced by running it
+  once), `kernel.<family>.<dtype>.<shape>`, a categorical over "torch" (no table entry) and up to
+  `max_choices - 1` valid (variant, config) choices of the family's space at that shape.
+
+Dimensions are interleaved by kind (host, runtime, kernel, host, ...) so a coordinate sweep meets
+every kind early. A point maps to a Candidate holding only what differs from the incumbent
+(`knobs`, `runtime`, `kernels`); the incumbent moves when a trial is kept, so the mapping reads it
+live. Kernel slots become dispatch-table entries validated on exactly their shape.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from tuner.knobs.base import values_equal
+from tuner.proposers.base import Dim, Point, SearchSpace
+from tuner.trial import Candidate, KernelChoice
+
+TORCH = "torch"
+#: what a mixed search may change in the holistic Llama workload (tuner.workloads.llama.Runtime)
+RUNTIME_DIMS: dict[str, list[Any]] = {
+    "cuda_graphs": [True, False],
+    "fuse_projections": [False, True],
+    "attn_impl": ["sdpa", "split_kv"],
+}
+
+
+def label(variant: Optional[str], config: dict[str, Any]) -> str:
+    """A slot value: "torch" or e.g. `row{"ROWS":1,"num_warps":4}`."""
+    if variant is None:
+        return TORCH
+    return variant + json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def parse_label(value: str) -> tuple[Optional[str], dict[str, Any]]:
+    if value == TORCH:
+        return None, {}
+    i = value.index("{")
+    return value[:i], json.loads(value[i:])
+
+
+@dataclass(frozen=True)
+class Slot:
+    family: str
+    dtype: str
+    shape: tuple[int, ...]
+    choices: tuple[str, ...]  # labels, "torch" first
+
+    @property
+    def bucket(self) -> str:
+        return f"{self.dtype}:{'x'.join(map(str, self.shape))}"
+
+    @property
+    def name(self) -> str:
+        return f"kernel.{self.family}.{self.bucket}"
+
+    def choice(self, value: str) -> KernelChoice:
+        v, cfg = parse_label(value)
+        return KernelChoice(family=self.family, variant=v, config=cfg, shape_bucket=self.bucket)
+
+    def entry(self, value: str) -> Any:
+        """The dispatch-table entry for a kernel choice: this exact shape, nothing else."""
+        from kernelsearch.families import get
+        from kernelsearch.table import Entry
+
+        v, cfg = parse_label(value)
+        fam = get(self.family)
+        dims = fam.dims_dict(self.shape)
+        return Entry(self.family, self.dtype, {k: dims[k] for k in fam.exact_dims},
+                     {k: [dims[k], dims[k]] for k in fam.range_dims}, v or "", dict(cfg),
+                     measured=[{"shape": list(self.shape), "by": "metaltune search mixed"}])
+
+    def covered_by(self, table: Any) -> Optional[str]:
+        """The label of the entry `table` uses at this shape, or "torch"."""
+        from kernelsearch.families import get
+
+        e = table.lookup(self.family, self.dtype, get(self.family).dims_dict(self.shape)) if table else None
+        return TORCH if e is None else label(e.variant, e.config)
+
+
+# -- which kernel calls the workload makes ---------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for kernelsearch.dispatch while the workload runs once: records each call's
+    (family, dtype, shape) and runs the plain torch op."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, str, tuple[int, ...]], int] = {}
+
+    def call(self, family: str, *args: Any) -> Any:
+        from kernelsearch.families import get
+        from kernelsearch.families.base import dtype_name
+
+        fam = get(family)  # KeyError for a family kernelsearch lacks: Ops falls back
+        if family == "matmul" and (args[0].dim() != 2 or args[1].dim() != 2):
+            return fam.torch_default(*args)  # dispatch runs batched products in torch too
+        try:
+            shape = tuple(int(v) for v in fam.shape_of(*args))
+            self.calls[(family, dtype_name(args[0].dtype), shape)] = \
+                self.calls.get((family, dtype_name(args[0].dtype), shape), 0) + 1
+        except (AttributeError, IndexError, TypeError, ValueError):
+            pass  # a layout the family's kernels do not take: torch handles it anyway
+        return fam.torch_default(*args)
+
+
+def trace_kernel_calls(llama: Any) -> dict[tuple[str, str, tuple[int, ...]], int]:
+    """Run the Llama workload's own size grid once under its current runtime with a recording
+    dispatcher: {(family, dtype, shape): calls}. Its own bench (and KV caches: no second set of
+    them on the GPU); runners built with the recorder are dropped afterwards."""
+    bench, rec = llama.bench, _Recorder()
+    real = bench.dispatch
+    bench.drop()
+    bench.dispatch = rec
+    try:
+        bench.run(llama.runtime, repeats=1)
+    finally:
+        bench.dispatch = real
+        bench.drop()
+    return rec.calls
+
+
+def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Optional[list[str]],
+                 max_choices: int = 6, start_table: Any = None) -> list[Slot]:
+    """Slots for the traced calls of `families` (all when None) in a dtype the family takes
+    (on the CPU: Triton's interpreter runs them). Choices: "torch", the start table's choice,
+    then evenly spaced valid configs of the family's space at that shape."""
+    from kernelsearch.families import get
+    from tuner.proposers.classic import spread
+
+    out = []
+    for family, dtype, shape in sorted(set(calls)):
+        if families is not None and family not in families:
+            continue
+        fam = get(family)
+        if dtype not in fam.dtypes:
+            continue
+        configs = [label(v, c) for v, c in fam.space(shape)]
+        if not configs:
+            continue
+        slot = Slot(family, dtype, tuple(shape), ())
+        start = slot.covered_by(start_table)
+        picks = [TORCH] + ([start] if start != TORCH else [])
+        rest = [c for c in configs if c not in picks]
+        picks += spread(rest, max(0, max_choices - len(picks)))
+        out.append(Slot(family, dtype, tuple(shape), tuple(picks)))
+    return out
+
+
+# -- the incumbent and the space -------------------------------------------------------------
+
+
+@dataclass
+class Incumbent:
+    """What a mixed trial is measured against: host knob values, the workload's runtime, each
+    kernel slot's choice. Dicts are shared with the evaluators and updated in place."""
+
+    host: dict[str, Any]
+    runtime: dict[str, Any]
+    kernels: dict[str, str]  # slot name -> label
+    base_entries: list[Any] = field(default_factory=list)  # table entries of unsearched families
+
+    def table(self, kernels: Optional[dict[str, str]] = None, slots: Iterable[Slot] = ()) -> Any:
+        """A DispatchTable: a kernel entry per non-torch slot, then the unsearched entries."""
+        from kernelsearch.table import DispatchTable
+
+        choice = self.kernels if kernels is None else kernels
+        entries = [s.entry(choice[s.name]) for s in slots if choice.get(s.name, TORCH) != TORCH]
+        return DispatchTable(entries + list(self.base_entries))
+
+
+def kinds_of(c: Candidate) -> list[str]:
+    """Which kinds a candidate touches: host, runtime, kernel."""
+    out = []
+    if c.knobs:
+        out.append("host")
+    if c.runtime:
+        out.append("runtime")
+    if c.kernels or c.kernel is not None:
+        out.append("kernel")
+    return out
+
+
+@dataclass
+class JointSpace:
+    knobs: dict[str, Any]
+    runtime_dims: dict[str, list[Any]]
+    slots: list[Slot]
+    incumbent: Incumbent
+    space: SearchSpace = field(init=False)
+    _asked: dict[int, tuple[Candidate, Point]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        inc = self.incumbent
+        self.host = SearchSpace.for_knobs(self.knobs, start=inc.host)
+        self.doms = {d.name: self.knobs[d.name].limits() for d in self.host.dims}
+        self.by_bucket = {(s.family, s.bucket): s for s in self.slots}
+        rt = [Dim(f"runtime.{k}", list(v)) for k, v in self.runtime_dims.items()]
+        ks = [Dim(s.name, list(s.choices)) for s in self.slots]
+        groups = [list(self.host.dims), rt, ks]
+        dims = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+        self.space = SearchSpace(dims, self.to_candidate, self.from_candidate,
+                                 start=self.incumbent_point(partial=True))
+
+    # point -> candidate: what differs from the incumbent
+    def to_candidate(self, p: Point) -> Candidate:
+        inc = self.incumbent
+        full = self.host.to_candidate({d.name: p[d.name] for d in self.host.dims}).knobs
+        c = Candidate(
+            knobs={n: v for n, v in full.items() if not values_equal(v, inc.host.get(n))},
+            runtime={k: p[f"runtime.{k}"] for k in self.runtime_dims
+                     if p[f"runtime.{k}"] != inc.runtime.get(k)},
+            kernels=[s.choice(p[s.name]) for s in self.slots
+                     if p[s.name] != inc.kernels.get(s.name, TORCH)],
+        )
+        self._asked[id(c)] = (c, dict(p))  # tell() gets this very object back
+        return c
+
+    def incumbent_point(self, partial: bool = False) -> Optional[Point]:
+        """The incumbent as a point; a host value with no search equivalent (unlocked clocks)
+        has none: left out when `partial`, else None."""
+        inc = self.incumbent
+        p: Point = {}
+        for d in self.host.dims:
+            v = self.doms[d.name].to_search(inc.host.get(d.name))
+            if v is None:
+                if partial:
+                    continue
+                return None
+            p[d.name] = d.values[d.index(v)]
+        for k in self.runtime_dims:
+            p[f"runtime.{k}"] = inc.runtime.get(k)
+        for s in self.slots:
+            p[s.name] = inc.kernels.get(s.name, TORCH)
+        return p
+
+    def from_candidate(self, c: Candidate) -> Optional[Point]:
+        asked = self._asked.get(id(c))
+        if asked is not None and asked[0] is c:
+            return dict(asked[1])
+        # a candidate from elsewhere (the LLM proposer): its changes over the incumbent point
+        p = self.incumbent_point(partial=True) or {}
+        try:
+            for n, v in c.knobs.items():
+                d = next(d for d in self.host.dims if d.name == n)
+                p[n] = d.values[d.index(self.doms[n].to_search(v))]
+            for k, v in c.runtime.items():
+                if f"runtime.{k}" in self.space.names:
+                    p[f"runtime.{k}"] = v
+            for k in c.kernels:
+                s = self.by_bucket[(k.family, k.shape_bucket or "")]
+                p[s.name] = label(k.variant, k.config)
+        except (StopIteration, ValueError, KeyError, TypeError):
+            return None
+        return p if set(p) == set(self.space.names) else None
+
+    def kernel_changes(self, c: Candidate) -> dict[str, str]:
+        """{slot name: label} for the candidate's shipped-variant kernel choices that differ from
+        the incumbent (KeyError for a choice no slot has: the gate catches it first)."""
+        out = {}
+        for k in c.kernels:
+            s = self.by_bucket[(k.family, k.shape_bucket or "")]
+            v = label(k.variant, k.config)
+            if v != self.incumbent.kernels.get(s.name, TORCH):
+                out[s.name] = v
+        return out
+
+    def slot(self, name: str) -> Slot:
+        return next(s for s in self.slots if s.name == name)

@@ -1,0 +1,87 @@
+"""SIMULATION ONLY: the tiny Llama run for real on this CPU, scaled by a simulated GPU host.
+
+`metaltune search mixed --workload sim-llama` needs host knobs and kernels to both show in one
+CI run without a GPU. The simulated host's knobs cannot change how fast the CPU runs the Llama,
+and the Llama cannot see the simulated GPU. So each measurement is:
+
+    per-size tokens/s (the holistic Llama workload on the CPU: real kernels, runtime, dispatch)
+      x  the sim host's modelled throughput for that repeat / its driver-default throughput
+
+The second factor is `SimWorkload.measure` (tuner.sim.model with its ~2 % noise, its Xid events
+and hangs for unstable settings), so a host change moves every size alike, exactly as much as
+the sim model says, and instability behaves as in `--workload sim`. Nothing here claims that a
+real host's settings change CPU speed: real hosts use `llama` or `cmd:` unchanged. The Llama
+runs with a CPU stand-in for GPU launch and graph-capture costs (`CPU_EMULATION`, see
+tuner.workloads.llama), so CUDA graphs off costs here what it costs on a GPU.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Optional
+
+from tuner.sim import model
+from tuner.sim.state import SimState
+from tuner.sim.workload import SimWorkload
+from tuner.trial import Measurement
+
+#: per-launch and per-capture costs on the CPU (a GPU's orders of magnitude, scaled to the tiny
+#: model: graphs off pays ~35 launches per decode step, graphs on pays one capture per size)
+CPU_EMULATION = {"emulate_launch_us": 100.0, "emulate_capture_us": 20000.0}
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """The tiny model's ops are far too small for intra-op threads; on a shared CPU several
+    threads of busy-waiting launches make every sample erratic. Restored afterwards."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+class SimHostLlamaWorkload:
+    name = "sim-llama"
+
+    def __init__(self, root: str | os.PathLike[str], llama: Any = None,
+                 hang_timeout_s: float = 1.0, runtime: Optional[Mapping[str, Any]] = None):
+        from tuner.workloads.llama import LlamaWorkload
+
+        self.sim = SimWorkload(root)
+        self.llama = llama if llama is not None else LlamaWorkload(
+            "tiny", contexts=[16, 64], decode_batches=[2], decode_steps=3, device="cpu",
+            runtime={**CPU_EMULATION, **dict(runtime or {})})
+        self.hang_timeout_s = hang_timeout_s  # the sim measures in ms: longer is a hang
+        st = SimState(root).read()
+        # the driver defaults' modelled throughput: factor 1.0
+        self.reference = sum(model.baseline(st["sku"], g.get("chip")) for g in st["gpus"])
+
+    @property
+    def runtime(self) -> Any:
+        return self.llama.runtime
+
+    def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
+        self.llama.configure(runtime)
+
+    def first_step_s(self, *args: Any, **kw: Any) -> float:
+        with one_thread():
+            return self.llama.first_step_s(*args, **kw)
+
+    def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Measurement:
+        from tuner.workloads.base import summarize
+
+        host = self.sim.measure(repeats=repeats, timeout_s=self.hang_timeout_s)  # may hang/Xid
+        with one_thread():
+            m = self.llama.measure(repeats=repeats, timeout_s=timeout_s)
+        factors = [s / self.reference for s in host.samples]
+        per = m.extra["per_size_samples"]
+        scaled = {k: [v * f for v, f in zip(vals, factors)] for k, vals in per.items()}
+        return summarize(m.metric, m.unit, scaled, extra={
+            "simulated": "llama tokens/s x sim host throughput / driver-default throughput",
+            "host_factor": statistics.median(factors), "sim": host.extra,
+            **{k: m.extra.get(k) for k in ("runtime", "check", "device")}})
