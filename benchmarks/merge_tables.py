@@ -1,5 +1,6 @@
 """Merge dispatch tables: entries of each NEW table replace the BASE entries they overlap (same
-family, dtype and match, intersecting ranges); the rest of BASE is kept. Lookups take the first
+family, dtype and match, intersecting ranges; a base range sticking out on one side or both is
+kept there); the rest of BASE is kept. Lookups take the first
 covering entry, so new entries go first. Optionally keep only some families or variants of NEW
 (e.g. swiglu/rows where the model passes strided halves that other variants would copy).
 
@@ -37,9 +38,27 @@ def wanted(e, only: list[str]) -> bool:
     return False
 
 
+def trim(e, n) -> list:
+    """What is left of base entry `e` outside new entry `n`: where the two differ in one range
+    dim only, the parts of e's range below and above n's (a base entry validated on rows
+    363-65536 keeps 363-16383 when a new one takes 16384-65536); otherwise nothing."""
+    import dataclasses
+
+    diff = [k for k in e.ranges if e.ranges[k] != n.ranges.get(k)]
+    if len(diff) != 1 or set(e.ranges) != set(n.ranges):
+        return []
+    k = diff[0]
+    (lo, hi), (nlo, nhi) = e.ranges[k], n.ranges[k]
+    parts = [(lo, nlo - 1)] if lo < nlo else []
+    parts += [(nhi + 1, hi)] if hi > nhi else []
+    return [dataclasses.replace(e, ranges={**e.ranges, k: [a, b]}) for a, b in parts]
+
+
 def merge(base: DispatchTable, news: list[DispatchTable], only: list[str], note: str) -> DispatchTable:
     added = [e for t in news for e in t.entries if wanted(e, only)]
-    kept = [e for e in base.entries if not any(overlaps(e, n) for n in added)]
+    kept = list(base.entries)
+    for n in added:
+        kept = [part for e in kept for part in ((trim(e, n) if overlaps(e, n) else [e]))]
     meta = dict(base.meta)
     meta[f"update_{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}"] = note or (
         f"merged {len(added)} entries ({', '.join(sorted({e.family for e in added}))}); "
