@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tuner.workloads.llama import (Bench, Llama, LlamaConfig, Runtime, SizeGrid,  # noqa: E402
-                                   check, load_dispatch, size_key, table_row)
+                                   check, load_dispatch, size_key)
 
 BASE = "torch+graphs"
 

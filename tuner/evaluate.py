@@ -69,18 +69,26 @@ class HostEvaluator:
             self.knobs[n].apply(v)
 
     # -- one trial -----------------------------------------------------------------------------
+    def begin(self, changes: dict[str, Any], trial: Trial, key: str) -> Any:
+        """The safety transaction for a trial's host changes (applied, monitors armed), or None
+        with the trial marked apply_failed when a write or its read-back fails."""
+        try:
+            txn = self.safety.begin(self.knobs, changes, label=f"{trial.run_id}#{trial.number}",
+                                    candidate_key=key)
+        except OperationFailed as e:
+            trial.gates.append(GateResult(gate="apply", passed=False, code="apply_failed", detail=str(e)))
+            trial.reason = "apply_failed"
+            return None
+        trial.gates.append(GateResult(gate="apply", passed=True))
+        return txn
+
     def evaluate(self, cand: Candidate, trial: Trial) -> Trial:
         self.seen.add(cand.key())
         changes = self.changes(cand)
         before = {n: self.incumbent[n] for n in changes}
-        try:
-            txn = self.safety.begin(self.knobs, changes, label=f"{trial.run_id}#{trial.number}",
-                                    candidate_key=cand.key())
-        except OperationFailed as e:
-            trial.gates.append(GateResult(gate="apply", passed=False, code="apply_failed", detail=str(e)))
-            trial.reason = "apply_failed"
+        txn = self.begin(changes, trial, cand.key())
+        if txn is None:
             return trial
-        trial.gates.append(GateResult(gate="apply", passed=True))
         a: list[Measurement] = []
         b: list[Measurement] = []
         try:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from tuner import gates as G
 from tuner import holistic
-from tuner.errors import OperationFailed, WorkloadFailed, WorkloadHang
+from tuner.errors import WorkloadFailed, WorkloadHang
 from tuner.evaluate import HostEvaluator
 from tuner.mixed_space import TORCH, JointSpace
 from tuner.trial import Candidate, GateResult, KernelChoice, Measurement, Trial
@@ -246,14 +246,9 @@ class MixedEvaluator:
             return trial  # rejected by the harness before anything was applied
         micro = self._micro(rt, judged)
         before = {n: inc.host[n] for n in knobs}
-        try:
-            txn = h.safety.begin(h.knobs, knobs, label=f"{trial.run_id}#{trial.number}",
-                                 candidate_key=c.key())
-        except OperationFailed as e:
-            trial.gates.append(GateResult(gate="apply", passed=False, code="apply_failed", detail=str(e)))
-            trial.reason = "apply_failed"
+        txn = h.begin(knobs, trial, c.key())
+        if txn is None:
             return trial
-        trial.gates.append(GateResult(gate="apply", passed=True))
         side_a = (self.incumbent_table(), dict(inc.runtime))
         side_b = (inc.table({**inc.kernels, **kern}, self.joint.slots), {**inc.runtime, **rt})
         a: list[Measurement] = []

@@ -15,13 +15,19 @@ DEFAULT_KNOBS = ["gpu*.power_limit_w", "gpu*.locked_clocks_mhz", "gpu*.locked_me
 
 def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
                   timeout_s: float) -> Any:
-    """`sim` (the simulated host's model), `cmd:<command line>` (the user's own benchmark, with
-    --metric-regex), or `llama` (the holistic inference workload)."""
+    """`sim` (the simulated host's model), `sim-llama` (the CPU Llama scaled by the simulated
+    host's model: host and kernel effects in one metric, tuner.sim.llama_host), `cmd:<command
+    line>` (the user's own benchmark, with --metric-regex), or `llama` (the holistic inference
+    workload)."""
     if workload is None:
         workload = "sim" if host.backend == "sim" else "llama"
-    if workload == "sim":
+    if workload in ("sim", "sim-llama"):
         if host.backend != "sim":
-            raise BadInput("--workload sim needs --backend sim")
+            raise BadInput(f"--workload {workload} needs --backend sim (it simulates the GPU host)")
+        if workload == "sim-llama":
+            from tuner.sim.llama_host import SimHostLlamaWorkload
+
+            return SimHostLlamaWorkload(host.root)
         from tuner.sim.workload import SimWorkload
 
         return SimWorkload(host.root)
@@ -35,7 +41,7 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
         from tuner.workloads.llama import LlamaWorkload
 
         return LlamaWorkload()
-    raise BadInput(f"--workload: expected sim, llama or cmd:<command>, got {workload!r}")
+    raise BadInput(f"--workload: expected sim, sim-llama, llama or cmd:<command>, got {workload!r}")
 
 
 def llm_context(host: Any, policy: Any) -> dict[str, Any]:

@@ -21,18 +21,12 @@ NONE = "none"  # --knob none / --family none: leave that kind out
 
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
                         timeout_s: float) -> Any:
-    """`sim-llama` (default on a sim host: the CPU Llama scaled by the sim host's model, see
-    tuner.sim.llama_host), else what `search host` takes (`llama`, `sim`, `cmd:...`)."""
-    if workload is None:
-        workload = "sim-llama" if host.backend == "sim" else "llama"
-    if workload == "sim-llama":
-        if host.backend != "sim":
-            raise BadInput("--workload sim-llama needs --backend sim (it simulates the GPU host)")
-        from tuner.sim.llama_host import SimHostLlamaWorkload
-
-        return SimHostLlamaWorkload(host.root)
+    """What `search host` takes, defaulting to `sim-llama` on a sim host (the CPU Llama scaled by
+    the sim host's model, so host and kernel effects show in one metric) and `llama` elsewhere."""
     from tuner.search import make_workload
 
+    if workload is None:
+        workload = "sim-llama" if host.backend == "sim" else "llama"
     return make_workload(host, workload, metric_regex, timeout_s)
 
 
