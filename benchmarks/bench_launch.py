@@ -21,7 +21,6 @@ import importlib
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from kernelsearch.families import get  # noqa: E402
-from kernelsearch.harness.timing import Flusher, bench_graph  # noqa: E402
+from kernelsearch.harness.timing import Flusher, bench_graph, host_cost  # noqa: E402
 
 
 def sleep_cycles_per_us() -> float:
@@ -40,17 +39,6 @@ def sleep_cycles_per_us() -> float:
     e1.record()
     torch.cuda.synchronize()
     return 2_000_000 / (e0.elapsed_time(e1) * 1e3)
-
-
-def cpu_us(fn, args, calls: int, cyc_per_us: float) -> float:
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int(cyc_per_us * 200_000))  # 200 ms of GPU work: the queue never drains
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    t = (time.perf_counter() - t0) / calls
-    torch.cuda.synchronize()
-    return t * 1e6
 
 
 def events_us(fn, arg_sets, reps: int, hide_us: float, cyc_per_us: float) -> float:
@@ -111,7 +99,7 @@ def main() -> None:
             torch.cuda.synchronize()
             r = {"family": e["family"], "shape": "x".join(map(str, shape)), "who": who,
                  "variant": e["variant"] if who == "ours" else "torch",
-                 "cpu_us": cpu_us(fn, sets[0], a.calls, cyc),
+                 "cpu_us": host_cost(fn, sets[:1], "cuda", a.calls) * 1e6,
                  "flush_us": events_us(fn, sets, a.reps, 0.0, cyc),
                  "hidden_us": events_us(fn, sets, a.reps, a.hide_us, cyc),
                  "graph_us": bench_graph(fn, sets, replays=20)["median_s"] * 1e6}

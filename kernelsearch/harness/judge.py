@@ -112,6 +112,7 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
                     raise Rejected("timing", "too_fast", "below_floor", f"{key}: {why}")
                 if graph and device == "cuda":
                     rec["graph_us"] = tm.bench_graph(fn, sets)["median_s"] * 1e6
+                rec.update(tm.host_costs(fn, family.torch_default, sets, device))
                 if incumbent:
                     ab = tm.ab(fn, lambda *a: family.torch_default(*a), sets, device,
                                rounds=4 if device != "cuda" else 8, reps=3 if device != "cuda" else 10)

@@ -18,6 +18,7 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _sync = torch.cuda.synchronize
 _zero = torch.Tensor.zero_
+_gpu_sleep = torch.cuda._sleep
 
 L2_BYTES = 60 * 2 ** 20  # H200: 60 MB (read off the device where possible)
 
@@ -119,6 +120,53 @@ def bench_graph(fn: Callable, arg_sets: list, replays: int = 20) -> dict:
         samples.append(_elapsed(e0, e1) * 1e-3 / len(arg_sets))
     del g
     return _summary(samples, "graph")
+
+
+_sleep_rate: list[float] = []  # torch.cuda._sleep cycles per microsecond, measured once
+
+
+def _cycles_per_us() -> float:
+    if not _sleep_rate:
+        e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
+        _sync()
+        _record(e0)
+        _gpu_sleep(1_000_000)
+        _record(e1)
+        _sync()
+        _sleep_rate.append(1_000_000 / max(_elapsed(e0, e1) * 1e3, 1e-3))
+    return _sleep_rate[0]
+
+
+def host_cost(fn: Callable, arg_sets: list, device: str, calls: int = 50) -> Optional[float]:
+    """Host time of one call (argument handling, allocations, the launches), measured with the
+    GPU kept busy so the launch queue never blocks: what an eager caller pays on the CPU per
+    call. Where it exceeds the kernel's GPU time the call is launch-bound outside a CUDA graph,
+    and an events-mode time measures the host, not the kernel (benchmarks/bench_launch.py).
+    None off CUDA, where the wall time already is the whole call."""
+    if device != "cuda":
+        return None
+    n = len(arg_sets)
+    fn(*arg_sets[0])
+    _sync()
+    _gpu_sleep(int(_cycles_per_us() * calls * 500))  # 500 us of GPU work per call
+    t0 = _perf()
+    for i in range(calls):
+        fn(*arg_sets[i % n])
+    t = (_perf() - t0) / calls
+    _sync()
+    return t
+
+
+def host_costs(fn: Callable, torch_fn: Callable, arg_sets: list, device: str) -> dict:
+    """host_us and torch_host_us for a timing record (empty off CUDA). Informational: it never
+    decides a verdict, so a failure to measure is recorded, not raised (fn already ran clean)."""
+    try:
+        ours = host_cost(fn, arg_sets, device)
+        if ours is None:
+            return {}
+        return {"host_us": ours * 1e6, "torch_host_us": host_cost(torch_fn, arg_sets, device) * 1e6}
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        return {"host_error": f"{type(e).__name__}: {e}"[:200]}
 
 
 def _summary(samples: list[float], mode: str) -> dict:

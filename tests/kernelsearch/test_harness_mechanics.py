@@ -62,3 +62,18 @@ def test_compare_reports_first_bad_element():
         assert e.rule == "tolerance" and "flat index 3" in e.detail
     else:
         raise AssertionError("not rejected")
+
+
+def test_host_cost_is_a_cuda_measurement_and_never_decides():
+    """Host launch cost is measured only where a GPU queue exists; elsewhere the record has no
+    host fields, and a failure to measure it is recorded instead of raised."""
+    from kernelsearch.harness import timing as tm
+
+    assert tm.host_cost(lambda: None, [()], "cpu") is None
+    assert tm.host_costs(lambda: None, lambda: None, [()], "cpu") == {}
+
+    def boom(*a):
+        raise RuntimeError("no GPU queue here")
+
+    rec = tm.host_costs(boom, boom, [()], "cuda")
+    assert set(rec) == {"host_error"} and "RuntimeError" in rec["host_error"]
