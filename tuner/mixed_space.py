@@ -22,6 +22,10 @@ from tuner.proposers.base import Dim, Point, SearchSpace
 from tuner.trial import Candidate, KernelChoice
 
 TORCH = "torch"
+#: a host dimension's value for "as found at the start" where that value has no point in the
+#: knob's search domain (unlocked clocks): without it every candidate would pin some clock, and
+#: a kernel-only trial would carry a host change with it
+AS_FOUND = "as-found"
 #: what a mixed search may change in the holistic Llama workload (tuner.workloads.llama.Runtime)
 RUNTIME_DIMS: dict[str, list[Any]] = {
     "cuda_graphs": [True, False],
@@ -199,10 +203,14 @@ class JointSpace:
         inc = self.incumbent
         self.host = SearchSpace.for_knobs(self.knobs, start=inc.host)
         self.doms = {d.name: self.knobs[d.name].limits() for d in self.host.dims}
+        self.as_found = {d.name: inc.host.get(d.name) for d in self.host.dims
+                         if self.doms[d.name].to_search(inc.host.get(d.name)) is None}
+        self.host_dims = [Dim(d.name, [AS_FOUND] + list(d.values)) if d.name in self.as_found
+                          else d for d in self.host.dims]
         self.by_bucket = {(s.family, s.bucket): s for s in self.slots}
         rt = [Dim(f"runtime.{k}", list(v)) for k, v in self.runtime_dims.items()]
         ks = [Dim(s.name, list(s.choices)) for s in self.slots]
-        groups = [list(self.host.dims), rt, ks]
+        groups = [self.host_dims, rt, ks]
         dims = [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
         self.space = SearchSpace(dims, self.to_candidate, self.from_candidate,
                                  start=self.incumbent_point(partial=True))
@@ -210,7 +218,8 @@ class JointSpace:
     # point -> candidate: what differs from the incumbent
     def to_candidate(self, p: Point) -> Candidate:
         inc = self.incumbent
-        full = self.host.to_candidate({d.name: p[d.name] for d in self.host.dims}).knobs
+        full = {d.name: self.as_found[d.name] if p[d.name] == AS_FOUND
+                else self.doms[d.name].from_search(p[d.name]) for d in self.host_dims}
         c = Candidate(
             knobs={n: v for n, v in full.items() if not values_equal(v, inc.host.get(n))},
             runtime={k: p[f"runtime.{k}"] for k in self.runtime_dims
@@ -226,13 +235,13 @@ class JointSpace:
         has none: left out when `partial`, else None."""
         inc = self.incumbent
         p: Point = {}
-        for d in self.host.dims:
-            v = self.doms[d.name].to_search(inc.host.get(d.name))
+        for d in self.host_dims:
+            v = self._host_value(d, inc.host.get(d.name))
             if v is None:
                 if partial:
                     continue
                 return None
-            p[d.name] = d.values[d.index(v)]
+            p[d.name] = v
         for k in self.runtime_dims:
             p[f"runtime.{k}"] = inc.runtime.get(k)
         for s in self.slots:
@@ -247,8 +256,11 @@ class JointSpace:
         p = self.incumbent_point(partial=True) or {}
         try:
             for n, v in c.knobs.items():
-                d = next(d for d in self.host.dims if d.name == n)
-                p[n] = d.values[d.index(self.doms[n].to_search(v))]
+                d = next(d for d in self.host_dims if d.name == n)
+                hv = self._host_value(d, v)
+                if hv is None:
+                    return None
+                p[n] = hv
             for k, v in c.runtime.items():
                 if f"runtime.{k}" in self.space.names:
                     p[f"runtime.{k}"] = v
@@ -258,6 +270,14 @@ class JointSpace:
         except (StopIteration, ValueError, KeyError, TypeError):
             return None
         return p if set(p) == set(self.space.names) else None
+
+    def _host_value(self, d: Dim, value: Any) -> Any:
+        """A knob value as this dimension's point value (AS_FOUND for the start's own value
+        where the domain has no point for it), or None."""
+        if d.name in self.as_found and values_equal(value, self.as_found[d.name]):
+            return AS_FOUND
+        v = self.doms[d.name].to_search(value)
+        return None if v is None or v not in d.values else d.values[d.index(v)]
 
     def kernel_changes(self, c: Candidate) -> dict[str, str]:
         """{slot name: label} for the candidate's shipped-variant kernel choices that differ from

@@ -190,7 +190,7 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     if proposer == "llm":
         # host knobs and runtime through its schema (the prompt lists only host dims); the
         # kernels it writes are sources, which a dispatch table cannot name: not offered here
-        space = SearchSpace(list(joint.host.dims), joint.to_candidate, joint.from_candidate)
+        space = SearchSpace(list(joint.host_dims), joint.to_candidate, joint.from_candidate)
         kw = {**llm_context(host, guard.policy), "kinds": ("host",), "runtime_options": runtime_dims}
     elif proposer == "coordinate":
         kw = {"points_per_sweep": 3}  # many dims of few values: short sweeps

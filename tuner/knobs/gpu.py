@@ -147,8 +147,16 @@ class _LockedClocks(GpuKnob):
             return (data["gpus"].get(self.uuid) or {}).get(self.kind)
 
     def _set_record(self, value: list[int] | None) -> None:
+        if value is None and self._record() is None:
+            return  # no record means unlocked: resetting an unlocked GPU leaves no trace
         with _locks(self.host, write=True) as data:
-            data["gpus"].setdefault(self.uuid, {})[self.kind] = value
+            gpus = data["gpus"]
+            if value is None:
+                gpus.get(self.uuid, {}).pop(self.kind, None)
+                if not gpus.get(self.uuid, True):
+                    del gpus[self.uuid]
+            else:
+                gpus.setdefault(self.uuid, {})[self.kind] = value
 
     def read(self) -> list[int] | None:
         rec = self._record()
