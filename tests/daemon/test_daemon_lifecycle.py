@@ -240,6 +240,15 @@ def test_search_runs_in_a_child_with_the_writer_lock(tmp_path, sim_host, start_d
     r = d.cli("search", "host", "--budget", "1", "--proposer", "random", "--repeats", "1", "--json")
     assert json.loads(r.stdout)["trials"] == 1
     assert d.log().count("event=search.finished") == 2
+    # and so does `metaltune search mixed` (host and runtime candidates: kernels would need a
+    # GPU or Triton's interpreter)
+    r = d.cli("search", "mixed", "--budget", "1", "--proposer", "random", "--family", "none",
+              "--rounds", "1", "--repeats", "1", "--json")
+    mixed = json.loads(r.stdout)
+    assert mixed["trials"] == 1 and mixed["run_id"] != res["result"]["run_id"]
+    log = d.log()
+    assert log.count("event=search.finished") == 3 and "op=search_mixed" in log
+    assert d.call("daemon")["result"]["heavy_modules"] == []
     assert d.stop() == 0
 
 
