@@ -64,7 +64,7 @@ def main() -> None:
     row("knob.apply alone (write + read back), 1 knob", xs)
     raw = statistics.median(xs)
 
-    # 2. one journal commit (synchronous=FULL, WAL): the unit of the write-ahead log
+    # 2. one journal commit (synchronous=FULL, rollback journal: journal write + db write + fsyncs)
     j = Journal(tmp / "state" / "journal.db")
     tid = j.begin_txn("bench", None, [{"knob": "x", "identity": "x", "effect": "now", "before": 1,
                                        "after": 2}], [], time.time() + 60, 60)
@@ -73,7 +73,7 @@ def main() -> None:
         t0 = time.perf_counter()
         j.set_watchdog(tid, _)  # a real one-row update, committed
         xs.append(time.perf_counter() - t0)
-    row("journal commit (one fsync of the WAL)", xs)
+    row("journal commit (synchronous=FULL, rollback journal)", xs)
 
     # 3. whole transactions: begin (baseline, intent, apply, read back) + confirm
     def txn_time(changes_list, **kw) -> list[float]:
@@ -187,7 +187,7 @@ def main() -> None:
     row("caller SIGKILLed in probation -> restored (forked watchdog)", xs)
 
     w = max(len(r[0]) for r in ROWS)
-    print(f"\nsafety benchmark: simulated H200, {a.reps} reps, journal synchronous=FULL (WAL), "
+    print(f"\nsafety benchmark: simulated H200, {a.reps} reps, journal synchronous=FULL (rollback journal), "
           f"load avg {os.getloadavg()[0]:.1f}")
     print(f"{'measure'.ljust(w)}  {'median ms':>9}  {'p90 ms':>8}  note")
     for what, med, p90, note in ROWS:

@@ -2,11 +2,18 @@
 and quarantined candidates. Every record is committed *before* the action it describes, so after
 a crash (kill -9, power loss) the journal alone says what may have been written and how to undo it.
 
-Durability: `synchronous=FULL` with WAL. In WAL mode each commit is one append + fsync of the WAL
-(the rollback journal needs at least two fsyncs per commit), and readers (`status`, the watchdog
-polling the transaction state) never block the writer, nor the writer them. With FULL the WAL is
-fsynced at every commit, so a committed record survives power loss, not only a process crash.
-WAL needs the journal on a local filesystem (shared memory index), which /var/lib is.
+Durability: `synchronous=FULL` with a rollback journal (`journal_mode=TRUNCATE`): a committed
+record is fsynced, so it survives power loss, not only a process crash.
+
+Not WAL, because of fork: the probation watchdog is *forked* from the process that holds the
+journal open (it must keep the caller's knob objects) and then opens its own connection. SQLite
+shares per-file state between connections of one process, and after fork() the child believes it
+holds its parent's lock on WAL's shared-memory index. Once the parent dies, the next process to
+open the journal resets that index, and the child's next commit touches memory past the end of
+the truncated file: SIGBUS, the rollback done but never journalled (seen here about once in five
+runs of "caller killed during probation" under CPU load). With a rollback journal there is no
+shared memory, and every SQLite call in this process runs under one lock that fork() also takes
+(`os.register_at_fork`), so a child never starts with a lock its parent held mid-statement.
 """
 from __future__ import annotations
 
@@ -19,6 +26,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 from safety.incident import Incident
+
+# every SQLite call of this process, in any thread and any Journal, holds this lock; fork() takes
+# it too, so a forked child (the watchdog) never inherits a statement or lock in progress
+_IO = threading.RLock()
+
+
+def _after_fork_in_child() -> None:
+    global _IO
+    _IO = threading.RLock()  # the child has one thread; the parent's holder is gone
+
+
+os.register_at_fork(before=lambda: _IO.acquire(), after_in_parent=lambda: _IO.release(),
+                    after_in_child=_after_fork_in_child)
 
 SCHEMA_VERSION = 1
 
@@ -72,8 +92,8 @@ class Journal:
         self._local = threading.local()
         if not self.path.exists():  # root-only: the journal names devices and settings
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
-        c = self._conn()
-        c.executescript(_SCHEMA)  # idempotent; executescript commits on its own
+        with _IO:
+            self._conn().executescript(_SCHEMA)  # idempotent; commits on its own
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
@@ -87,7 +107,7 @@ class Journal:
         if c is None or getattr(self._local, "pid", None) != os.getpid():
             # never reuse a connection across fork: open a fresh one in the child
             c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA journal_mode=TRUNCATE")  # not WAL: see the module docstring
             c.execute("PRAGMA synchronous=FULL")
             c.execute("PRAGMA foreign_keys=ON")
             c.row_factory = sqlite3.Row
@@ -98,20 +118,49 @@ class Journal:
         def __init__(self, c: sqlite3.Connection):
             self.c = c
 
+        def __init__(self, journal: "Journal"):
+            self.journal = journal
+            self.lock = _IO
+
         def __enter__(self) -> sqlite3.Connection:
-            self.c.execute("BEGIN IMMEDIATE")
+            self.lock.acquire()
+            try:
+                self.c = self.journal._conn()
+                self.c.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.lock.release()
+                raise
             return self.c
 
         def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-            self.c.execute("COMMIT" if et is None else "ROLLBACK")
+            try:
+                self.c.execute("COMMIT" if et is None else "ROLLBACK")
+            finally:
+                self.lock.release()
 
     def _tx(self) -> "Journal._Tx":
-        return Journal._Tx(self._conn())
+        return Journal._Tx(self)
+
+    def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        """A read, fetched whole under the process lock (no statement left open)."""
+        with _IO:
+            return self._conn().execute(sql, args).fetchall()
+
+    def _one(self, sql: str, args: tuple = ()) -> Optional[sqlite3.Row]:
+        rows = self._all(sql, args)
+        return rows[0] if rows else None
+
+    def data_version(self) -> tuple[int, int]:
+        """(PRAGMA data_version, this connection's total_changes): changes when anyone commits."""
+        with _IO:
+            c = self._conn()
+            return c.execute("PRAGMA data_version").fetchall()[0][0], c.total_changes
 
     def close(self) -> None:
         c = getattr(self._local, "conn", None)
         if c is not None and self._local.pid == os.getpid():
-            c.close()
+            with _IO:
+                c.close()
         self._local.conn = None
 
     # -- writes: each one a committed (fsynced) transaction ---------------------------------
@@ -205,15 +254,15 @@ class Journal:
 
     # -- reads ---------------------------------------------------------------------------
     def txn(self, txn_id: int) -> Optional[dict[str, Any]]:
-        r = self._conn().execute("SELECT * FROM txns WHERE id=?", (txn_id,)).fetchone()
+        r = self._one("SELECT * FROM txns WHERE id=?", (txn_id,))
         return dict(r) if r else None
 
     def txn_state(self, txn_id: int) -> Optional[str]:
-        r = self._conn().execute("SELECT state FROM txns WHERE id=?", (txn_id,)).fetchone()
+        r = self._one("SELECT state FROM txns WHERE id=?", (txn_id,))
         return r[0] if r else None
 
     def changes(self, txn_id: int) -> list[dict[str, Any]]:
-        rows = self._conn().execute("SELECT * FROM changes WHERE txn_id=? ORDER BY seq", (txn_id,))
+        rows = self._all("SELECT * FROM changes WHERE txn_id=? ORDER BY seq", (txn_id,))
         out = []
         for r in rows:
             d = dict(r)
@@ -223,40 +272,40 @@ class Journal:
 
     def open_txns(self) -> list[dict[str, Any]]:
         """Transactions never confirmed nor fully rolled back (oldest first)."""
-        rows = self._conn().execute(
+        rows = self._all(
             f"SELECT * FROM txns WHERE state IN ({','.join('?' * len(OPEN_TXN_STATES))}) OR"
             f" (state='rollback_failed') ORDER BY id", OPEN_TXN_STATES)
         return [dict(r) for r in rows]
 
     def txns(self, limit: int = 20) -> list[dict[str, Any]]:
-        rows = self._conn().execute("SELECT * FROM txns ORDER BY id DESC LIMIT ?", (limit,))
+        rows = self._all("SELECT * FROM txns ORDER BY id DESC LIMIT ?", (limit,))
         return [dict(r) for r in rows]
 
     def baseline(self) -> dict[str, dict[str, Any]]:
         """knob -> {identity, value, effect, taken_at} (latest identity when a device changed)."""
         out: dict[str, dict[str, Any]] = {}
-        for r in self._conn().execute("SELECT * FROM baseline ORDER BY taken_at"):
+        for r in self._all("SELECT * FROM baseline ORDER BY taken_at"):
             out[r["knob"]] = {"identity": r["identity"], "value": _load(r["value"]),
                               "effect": r["effect"], "taken_at": r["taken_at"]}
         return out
 
     def baseline_for(self, knob: str, identity: str) -> tuple[bool, Any]:
-        r = self._conn().execute("SELECT value FROM baseline WHERE knob=? AND identity=?",
-                                 (knob, identity)).fetchone()
+        r = self._one("SELECT value FROM baseline WHERE knob=? AND identity=?",
+                                 (knob, identity))
         return (True, _load(r[0])) if r else (False, None)
 
     def count_changes(self, knob: str, since: float) -> int:
         """Changes of `knob` journalled since `since` (every intent counts: it may have reached the
         device). Rate limits are counted from here, so they hold across restarts."""
-        r = self._conn().execute("SELECT COUNT(*) FROM changes WHERE knob=? AND created>=?",
-                                 (knob, since)).fetchone()
+        r = self._one("SELECT COUNT(*) FROM changes WHERE knob=? AND created>=?",
+                                 (knob, since))
         return int(r[0])
 
     def incidents(self, limit: int = 20, txn_id: Optional[int] = None) -> list[dict[str, Any]]:
         q, args = "SELECT * FROM incidents", []
         if txn_id is not None:
             q, args = q + " WHERE txn_id=?", [txn_id]
-        rows = self._conn().execute(q + " ORDER BY id DESC LIMIT ?", (*args, limit))
+        rows = self._all(q + " ORDER BY id DESC LIMIT ?", (*args, limit))
         out = []
         for r in rows:
             d = dict(r)
@@ -265,14 +314,14 @@ class Journal:
         return out
 
     def is_quarantined(self, key: str) -> Optional[dict[str, Any]]:
-        r = self._conn().execute("SELECT * FROM quarantine WHERE key=?", (key,)).fetchone()
+        r = self._one("SELECT * FROM quarantine WHERE key=?", (key,))
         return dict(r) if r else None
 
     def quarantined(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._conn().execute("SELECT * FROM quarantine ORDER BY time")]
+        return [dict(r) for r in self._all("SELECT * FROM quarantine ORDER BY time")]
 
     def last_confirmed_value(self, knob: str, identity: str) -> tuple[bool, Any]:
-        r = self._conn().execute(
+        r = self._one(
             "SELECT after FROM changes WHERE knob=? AND identity=? AND state='confirmed'"
-            " ORDER BY id DESC LIMIT 1", (knob, identity)).fetchone()
+            " ORDER BY id DESC LIMIT 1", (knob, identity))
         return (True, _load(r[0])) if r else (False, None)

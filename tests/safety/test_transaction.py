@@ -284,9 +284,10 @@ def test_safety_imports_nothing_from_tuner():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_journal_is_wal_with_full_sync(journal):
+def test_journal_is_a_rollback_journal_with_full_sync(journal):
+    """Not WAL: a forked watchdog must not share WAL's shared-memory index (safety/journal.py)."""
     c = journal._conn()
-    assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert c.execute("PRAGMA journal_mode").fetchone()[0] == "truncate"
     assert c.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 

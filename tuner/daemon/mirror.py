@@ -40,8 +40,7 @@ class JournalMirror:
         try:
             journal = self.journal_fn()
             # nothing committed by another connection since the last look: nothing to report
-            conn = journal._conn()  # this thread's connection: its own commits count in total_changes
-            ver = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+            ver = journal.data_version()  # this thread's connection: its own commits count too
             if report and ver == self._version.get(threading.get_ident()):
                 return
             self._version[threading.get_ident()] = ver
