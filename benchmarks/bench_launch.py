@@ -28,17 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from kernelsearch.families import get  # noqa: E402
-from kernelsearch.harness.timing import Flusher, bench_graph, host_cost  # noqa: E402
-
-
-def sleep_cycles_per_us() -> float:
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    torch.cuda._sleep(2_000_000)
-    e1.record()
-    torch.cuda.synchronize()
-    return 2_000_000 / (e0.elapsed_time(e1) * 1e3)
+from kernelsearch.harness.timing import (Flusher, bench_graph, host_cost,  # noqa: E402
+                                          sleep_cycles_per_us)
 
 
 def events_us(fn, arg_sets, reps: int, hide_us: float, cyc_per_us: float) -> float:

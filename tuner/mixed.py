@@ -35,13 +35,9 @@ from tuner.workloads.stats import geomean
 def dispatch_changed(workload: Any) -> None:
     """The installed dispatch table changed: runners captured as CUDA graphs (or compiled) hold
     the old table's kernels, and the workload's output check was made against the old table."""
-    hook = getattr(workload, "dispatch_changed", None)
+    hook = getattr(workload, "dispatch_changed", None)  # workloads without kernels have none
     if callable(hook):
         hook()
-        return
-    inner = getattr(workload, "llama", None)  # tuner.sim.llama_host wraps a LlamaWorkload
-    if inner is not None:
-        dispatch_changed(inner)
 
 
 MICRO_WIN = 0.1  # a first-step speed-up smaller than this is not called a micro-benchmark win

@@ -125,7 +125,8 @@ def bench_graph(fn: Callable, arg_sets: list, replays: int = 20) -> dict:
 _sleep_rate: list[float] = []  # torch.cuda._sleep cycles per microsecond, measured once
 
 
-def _cycles_per_us() -> float:
+def sleep_cycles_per_us() -> float:
+    """torch.cuda._sleep cycles per microsecond on this GPU (measured once per process)."""
     if not _sleep_rate:
         e0, e1 = _Event(enable_timing=True), _Event(enable_timing=True)
         _sync()
@@ -148,7 +149,7 @@ def host_cost(fn: Callable, arg_sets: list, device: str, calls: int = 50) -> Opt
     n = len(arg_sets)
     fn(*arg_sets[0])
     _sync()
-    _gpu_sleep(int(_cycles_per_us() * calls * 500))  # 500 us of GPU work per call
+    _gpu_sleep(int(sleep_cycles_per_us() * calls * 500))  # 500 us of GPU work per call
     t0 = _perf()
     for i in range(calls):
         fn(*arg_sets[i % n])

@@ -150,13 +150,13 @@ class _LockedClocks(GpuKnob):
         if value is None and self._record() is None:
             return  # no record means unlocked: resetting an unlocked GPU leaves no trace
         with _locks(self.host, write=True) as data:
-            gpus = data["gpus"]
+            rec = data["gpus"].setdefault(self.uuid, {})
             if value is None:
-                gpus.get(self.uuid, {}).pop(self.kind, None)
-                if not gpus.get(self.uuid, True):
-                    del gpus[self.uuid]
+                rec.pop(self.kind, None)
             else:
-                gpus.setdefault(self.uuid, {})[self.kind] = value
+                rec[self.kind] = value
+            if not rec:
+                del data["gpus"][self.uuid]
 
     def read(self) -> list[int] | None:
         rec = self._record()

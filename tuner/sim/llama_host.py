@@ -68,6 +68,9 @@ class SimHostLlamaWorkload:
     def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
         self.llama.configure(runtime)
 
+    def dispatch_changed(self) -> None:
+        self.llama.dispatch_changed()
+
     def first_step_s(self, *args: Any, **kw: Any) -> float:
         with one_thread():
             return self.llama.first_step_s(*args, **kw)
