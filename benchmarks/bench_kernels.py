@@ -97,8 +97,9 @@ def bench_family(name: str, dev: str, budget_s: float, ceil: dict, smoke: bool, 
     dt = "float16" if smoke and name in ("matmul", "decode_attention") else (
         "float32" if smoke else "bfloat16")
     shapes = fam.tiny_shapes[:2] if smoke else fam.sweep_shapes
-    if only_shapes:
-        shapes = [s for s in shapes if "x".join(map(str, s)) in only_shapes] or shapes
+    if only_shapes:  # any shape of this family's rank (model shapes outside the sweep too)
+        picked = [tuple(int(v) for v in x.split("x")) for x in only_shapes]
+        shapes = [s for s in picked if len(s) == len(fam.shape_dims)] or shapes
     t_family = time.time()
     rows = []
     for si, shape in enumerate(shapes):
@@ -486,7 +487,8 @@ def main() -> int:
     ap.add_argument("--grid-mode", choices=["events", "graph"], default="events",
                     help="graph: time the grid and torch per call inside a CUDA graph (GPU time)")
     ap.add_argument("--shapes", default=None,
-                    help="only these sweep shapes (comma list, e.g. 1x4096x4096,8x6144x4096)")
+                    help="only these shapes (comma list, e.g. 1x4096x4096,8x6144x4096; a family "
+                         "takes those of its rank, sweep shapes or not)")
     ap.add_argument("--no-compile", action="store_true",
                     help="skip the torch.compile baseline (device time)")
     args = ap.parse_args()

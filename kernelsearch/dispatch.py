@@ -6,7 +6,10 @@
 
 A call whose (family, dtype, shape) falls inside a validated range of the installed table runs
 that kernel; anything else (no table, another shape, a CPU tensor, an odd layout) runs the plain
-torch op. Lookups are cached per shape, so the steady-state cost is one dict lookup."""
+torch op. Tables are measured on each family's input layout (matmul: b = W.t(), as F.linear),
+so a call with another layout (a row-major [K, N] b) runs torch too: a kernel judged and timed on
+one layout can be several times slower on another. Lookups are cached per shape and layout, so
+the steady-state cost is one dict lookup."""
 from __future__ import annotations
 
 import functools
@@ -81,11 +84,12 @@ def _resolve(family: str, args) -> Optional[Callable]:
         return None  # not a shape this family's kernels take: torch handles it
     if family == "matmul" and (args[0].dim() != 2 or args[1].dim() != 2):
         return None
-    key = (family, dtype, shape)
+    layout = fam.layout_of(*args) if fam.layout_of is not None else ""
+    key = (family, dtype, shape, layout)
     if key in _cache:
         return _cache[key]
     fn = None
-    if _table is not None and _usable(family, args):
+    if _table is not None and layout == fam.layout and _usable(family, args):
         e = _table.lookup(family, dtype, fam.dims_dict(shape))
         if e is not None:
             fn = functools.partial(_forward(family, e.variant), **e.config)

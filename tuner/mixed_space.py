@@ -104,6 +104,8 @@ class _Recorder:
         fam = get(family)  # KeyError for a family kernelsearch lacks: Ops falls back
         if family == "matmul" and (args[0].dim() != 2 or args[1].dim() != 2):
             return fam.torch_default(*args)  # dispatch runs batched products in torch too
+        if fam.layout_of is not None and fam.layout_of(*args) != fam.layout:
+            return fam.torch_default(*args)  # dispatch hands other layouts to torch: no slot
         try:
             shape = tuple(int(v) for v in fam.shape_of(*args))
             self.calls[(family, dtype_name(args[0].dtype), shape)] = \

@@ -61,6 +61,11 @@ class Family:
     range_dims: tuple[str, ...]  # dims a dispatch entry covers by a validated range
     bound: str = "memory"  # "memory" or "compute"
     sweep_shapes: list[Shape] = field(default_factory=list)  # benchmark sweep (GPU)
+    # args -> the operands' memory layout, for families whose kernels' speed depends on it.
+    # Everything is searched, judged and timed on make_inputs's layout (`layout`), so dispatch
+    # runs a table kernel only on that layout and hands any other to torch.
+    layout_of: Optional[Callable[..., str]] = None
+    layout: str = ""
 
     def tolerance(self, dtype: str) -> tuple[float, float, float]:
         return TOLERANCES[dtype]

@@ -106,6 +106,36 @@ def test_kernel_entries_for_matmul_and_decode():
     assert dispatch.stats()["kernel"] == k0 + 2
 
 
+def test_matmul_entry_runs_only_on_the_layout_it_was_measured_on():
+    """Entries are searched and timed on b = W.t() (F.linear's layout); the same shape with a
+    row-major [K, N] b, a transposed a, or a strided b goes to torch (and is still right)."""
+    t = DispatchTable([Entry("matmul", "float16", {"N": 24, "K": 40}, {"M": [1, 16]}, "skinny",
+                             {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "STAGES": 3,
+                              "num_warps": 4})])
+    dispatch.install(t)
+    fam = get("matmul")
+    g = torch.Generator().manual_seed(3)
+    a, b = fam.make_inputs((4, 24, 40), "float16", "cpu", g)
+    assert fam.layout_of(a, b) == fam.layout == "t"
+    s0 = dispatch.stats()
+    torch.testing.assert_close(dispatch.matmul(a, b).double(), fam.reference(a, b),
+                               atol=2e-2, rtol=2e-2)
+    assert dispatch.stats()["kernel"] == s0["kernel"] + 1
+    others = {"n": (a, b.contiguous()),                       # row-major [K, N]
+              "s": (a.t().contiguous().t(), b),               # a column-major
+              "s2": (a, torch.randn(40, 48, dtype=torch.float16)[:, ::2])}         # b strided both ways
+    for want, (x, y) in others.items():
+        assert fam.layout_of(x, y) == want[0]
+        s1 = dispatch.stats()
+        assert torch.equal(dispatch.matmul(x, y), x @ y)
+        assert dispatch.stats()["kernel"] == s1["kernel"]
+        assert dispatch.stats()["fallback"] == s1["fallback"] + 1
+    # a single-row a and its K-contiguous weight still dispatch (size-1 strides are arbitrary)
+    s2 = dispatch.stats()
+    dispatch.matmul(a[:1], b)
+    assert dispatch.stats()["kernel"] == s2["kernel"] + 1
+
+
 def test_build_ranges_merge_and_fallback():
     rows = [
         {"shape": [8, 4096], "dtype": "bfloat16", "variant": "row", "config": {"ROWS": 1, "num_warps": 4},

@@ -83,6 +83,40 @@ class _WrongRmsnorm:
         raise KeyError(family)
 
 
+class _LayoutRecorder:
+    """A dispatcher that records each matmul's operand layout and runs the plain op."""
+
+    def __init__(self):
+        self.layouts = []
+
+    def call(self, family, *args):
+        from kernelsearch.families import get
+
+        if family == "matmul":
+            self.layouts.append(get("matmul").layout_of(*args))
+        return get(family).torch_default(*args)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_every_projection_is_in_the_layout_kernel_tables_are_measured_on(fuse):
+    """Weights are kept as nn.Linear stores them ([out, in]) and multiplied by the transposed
+    view, the layout kernel tables are searched on; a row-major [in, out] weight would make
+    dispatch hand every projection to torch."""
+    from kernelsearch.families import get
+
+    m = Llama(LlamaConfig.preset("tiny"), "cpu", seed=0)
+    rec = _LayoutRecorder()
+    ops = Ops(Runtime(fuse_projections=fuse), dispatch=rec)
+    toks = torch.randint(0, m.cfg.vocab, (2, 5), generator=torch.Generator().manual_seed(1))
+    cache = m.new_cache(2, 8, fill="zeros")
+    with torch.no_grad():
+        m.prefill(ops, toks, cache)
+        m.decode_step(ops, toks[:, 0], 5, cache)
+    per_layer = 4 if fuse else 7  # (qkv | q, k, v), o, (gate|up | gate, up), down
+    assert len(rec.layouts) == 2 * (per_layer * m.cfg.n_layers + 1)  # + lm_head; two passes
+    assert set(rec.layouts) == {get("matmul").layout}
+
+
 def test_check_catches_a_dispatch_kernel_that_differs(model):
     res = check(model, Runtime(), dispatch=_WrongRmsnorm(), ctx=16)
     assert not res["ok"] and res["errors"]["prefill"] > 1e-3

@@ -276,6 +276,11 @@ class Llama:
             t = torch.randn(*shape, generator=gen, device=self.device, dtype=self.dtype)
             return t.mul_(1.0 / math.sqrt(fan_in))
 
+        def linear(fan_in: int, fan_out: int) -> Any:
+            # stored [out, in] as nn.Linear and checkpoints keep them, used as its [in, out]
+            # transposed view (x @ W.t(), what F.linear computes): kernels see the serving layout
+            return w(fan_in, fan_out, fan_in).t()
+
         def norm_w() -> Any:
             t = 1.0 + 0.1 * torch.randn(cfg.dim, generator=gen, device=self.device)
             return t.to(dtype=self.dtype)
@@ -286,13 +291,13 @@ class Llama:
         for _ in range(cfg.n_layers):
             self.layers.append({
                 "attn_norm": norm_w(), "ffn_norm": norm_w(),
-                "wq": w(d, d, cfg.n_heads * hd), "wk": w(d, d, cfg.n_kv_heads * hd),
-                "wv": w(d, d, cfg.n_kv_heads * hd), "wo": w(d, cfg.n_heads * hd, d),
-                "w_gate": w(d, d, cfg.ffn_dim), "w_up": w(d, d, cfg.ffn_dim),
-                "w_down": w(cfg.ffn_dim, cfg.ffn_dim, d),
+                "wq": linear(d, cfg.n_heads * hd), "wk": linear(d, cfg.n_kv_heads * hd),
+                "wv": linear(d, cfg.n_kv_heads * hd), "wo": linear(cfg.n_heads * hd, d),
+                "w_gate": linear(d, cfg.ffn_dim), "w_up": linear(d, cfg.ffn_dim),
+                "w_down": linear(cfg.ffn_dim, d),
             })
         self.final_norm = norm_w()
-        self.lm_head = w(d, d, cfg.vocab)
+        self.lm_head = linear(d, cfg.vocab)
         self._rope: Optional[tuple[Any, Any]] = None
         self._fused = False
 
@@ -302,9 +307,12 @@ class Llama:
 
         if self._fused:
             return
+        def fuse(*ws: Any) -> Any:  # concatenated along out, still the [out, in] storage
+            return torch.cat([x.t() for x in ws], dim=0).t()
+
         for L in self.layers:
-            L["wqkv"] = torch.cat([L["wq"], L["wk"], L["wv"]], dim=1)
-            L["w_gu"] = torch.cat([L["w_gate"], L["w_up"]], dim=1)
+            L["wqkv"] = fuse(L["wq"], L["wk"], L["wv"])
+            L["w_gu"] = fuse(L["w_gate"], L["w_up"])
         self._fused = True
 
     def rope(self, n: int) -> tuple[Any, Any]:

@@ -17,6 +17,20 @@ def make_inputs(shape, dtype, device, gen, dist="normal"):
     return (a, w.t())
 
 
+def layout_of(a, b) -> str:
+    """'t': b is W.t() of a row-major [N, K] weight (K contiguous: F.linear, nn.Linear storage,
+    what make_inputs builds); 'n': b is a row-major [K, N] matrix; 's': anything else. A must
+    have unit stride along K. Size-1 dims have arbitrary strides, so they match either."""
+    K, N = b.shape
+    if a.dim() != 2 or not (a.stride(1) == 1 or K == 1):
+        return "s"
+    if b.stride(0) == 1 or K == 1:
+        return "t"
+    if b.stride(1) == 1 or N == 1:
+        return "n"
+    return "s"
+
+
 def reference(a, b):
     return a.double() @ b.double()
 
@@ -123,4 +137,6 @@ FAMILY = Family(
     exact_dims=("N", "K"),
     range_dims=("M",),
     bound="compute",
+    layout_of=layout_of,
+    layout="t",
 )
