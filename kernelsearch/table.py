@@ -125,13 +125,43 @@ class DispatchTable:
         return cls.from_dict(d, where=str(p))
 
 
+def _within_constraints(fam: Any, r: dict, primary: str, lo: int, hi: int) -> tuple[int, int]:
+    """Shrink [lo, hi] along the primary dim to where the variant's own constraints accept the
+    config (e.g. matmul/skinny is for M <= 16: a midpoint range towards M = 4096 would run it
+    where it was never meant to). Bisection from the measured point; constraints are taken to
+    hold on one interval around it."""
+    var = fam.variants.get(r["variant"])
+    pt = r["dims"][primary]
+
+    def ok(v: int) -> bool:
+        d = dict(r["dims"], **{primary: v})
+        return bool(var.valid(r["config"], tuple(d[k] for k in fam.shape_dims)))
+
+    if var is None or not ok(pt):
+        return lo, hi
+    if not ok(hi):
+        good, bad = pt, hi
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if ok(mid) else (good, mid)
+        hi = good
+    if not ok(lo):
+        good, bad = pt, lo
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            good, bad = (mid, bad) if ok(mid) else (good, mid)
+        lo = good
+    return lo, hi
+
+
 def build(family_name: str, results: list[dict], margin: float = 0.02,
           device: str = "") -> list[Entry]:
     """Entries from per-shape search results. Each result: {"shape", "dtype", "variant",
     "config", "time_s", "baseline_s"} (baseline: the faster torch path). A shape gets an entry
     only where the kernel beats the baseline by more than `margin`; its range along the family's
     primary range dim runs to the geometric midpoints between measured shapes (never past the
-    smallest or largest measured one), and neighbours with the same winner merge."""
+    smallest or largest measured one, nor past where the variant's constraints reject the
+    config), and neighbours with the same winner merge."""
     from kernelsearch.families import get
 
     fam = get(family_name)
@@ -151,6 +181,7 @@ def build(family_name: str, results: list[dict], margin: float = 0.02,
             lo = pts[i] if i == 0 else math.floor(math.sqrt(pts[i - 1] * pts[i])) + 1
             hi = pts[i] if i == len(rs) - 1 else math.floor(math.sqrt(pts[i] * pts[i + 1]))
             lo, hi = min(lo, pts[i]), max(hi, pts[i])
+            lo, hi = _within_constraints(fam, r, primary, lo, hi)
             match = {k: r["dims"][k] for k in fam.exact_dims}
             ranges = {k: [r["dims"][k], r["dims"][k]] for k in fam.range_dims if k != primary}
             ranges[primary] = [lo, hi]

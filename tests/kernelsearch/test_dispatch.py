@@ -159,6 +159,28 @@ def test_build_ranges_merge_and_fallback():
     assert t.lookup("softmax", "bfloat16", {"rows": 7, "cols": 4096}) is None
 
 
+def test_build_never_stretches_a_range_past_the_variants_constraints():
+    """A skinny matmul (offered for M <= 16) winning at M = 16 between torch at M = 1 and
+    M = 4096 covers [5, 16], not the midpoint range [5, 256]; a tiled win keeps its midpoints."""
+    cfg = {"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 1, "STAGES": 5, "num_warps": 4}
+    assert get("matmul").variant("skinny").valid(cfg, (16, 4096, 4096))
+    rows = [{"shape": [m, 4096, 4096], "dtype": "bfloat16", "variant": v, "config": c,
+             "time_s": t, "baseline_s": 10e-6}
+            for m, v, c, t in [(1, None, {}, 11e-6), (16, "skinny", cfg, 8e-6),
+                               (4096, None, {}, 11e-6)]]
+    (e,) = build("matmul", rows)
+    assert e.ranges == {"M": [5, 16]}
+    tiled = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "STAGES": 3,
+             "num_warps": 4}
+    rows[1].update(variant="tiled", config=tiled)
+    (e,) = build("matmul", rows)
+    assert e.ranges == {"M": [5, 256]}  # tiled 16x64 tiles are offered up to M = 511
+    # BLOCK_M 64 is refused below M = 33 and 64-wide N tiles from M = 512: [9, 512] shrinks
+    rows[1].update(shape=[64, 4096, 4096], config=dict(tiled, BLOCK_M=64))
+    (e,) = build("matmul", rows)
+    assert e.ranges == {"M": [33, 511]}
+
+
 @pytest.mark.parametrize("name", ["h200.json", "h200-graphs.json"])
 def test_shipped_h200_tables_load(name):
     from pathlib import Path
