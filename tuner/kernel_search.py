@@ -22,32 +22,54 @@ Evaluate = Callable[[str, dict], dict]  # (variant, config) -> {"time_s"|None, "
 
 
 def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = None,
-                 variants: Optional[list[str]] = None) -> SearchSpace:
+                 variants: Optional[list[str]] = None,
+                 configs: Optional[list[tuple[str, dict]]] = None) -> SearchSpace:
     """One dimension for the variant plus the union of the variants' parameters. A point is valid
     when its variant's own parameters form a valid config for `shape`; parameters the variant
     does not use are "don't care" (several points are one config: the search measures it once
-    and tells the proposer the same score for each, so samplers see a mostly valid space)."""
+    and tells the proposer the same score for each, so samplers see a mostly valid space). The
+    space's `branches` name each variant's own parameters, for samplers that model conditional
+    spaces (Optuna). `configs`, when given, is the whole space instead: exactly these (variant,
+    config) pairs are valid (a replayed grid, where nothing else was ever measured)."""
     from kernelsearch.families import get
 
-    fam = get(family)
-    names = [n for n in fam.variants if variants is None or n in variants]
+    try:
+        fam = get(family)
+    except Exception:  # noqa: BLE001 - a replayed grid's family need not load any more
+        if configs is None:
+            raise
+        fam = None
+    in_grid = None if configs is None else {v for v, _ in configs}
+    own: dict[str, dict[str, list]] = {}  # variant -> its parameters -> their values
+    for n, var in (fam.variants.items() if fam else ()):
+        if (variants is None or n in variants) and (in_grid is None or n in in_grid):
+            own[n] = {k: sorted(vals) for k, vals in var.dims.items()}
+    allowed: Optional[set[str]] = None
+    if configs is not None:  # values the family no longer lists stay searchable
+        for v, cfg in configs:
+            d = own.setdefault(v, {})
+            for k, x in cfg.items():
+                d[k] = sorted(set(d.get(k, [])) | {x})
+        allowed = {json.dumps([v, cfg], sort_keys=True) for v, cfg in configs}
+    names = list(own)
     params: dict[str, list] = {}
-    for v in (fam.variants[n] for n in names):
-        for k, vals in v.dims.items():
+    for d in own.values():
+        for k, vals in d.items():
             params[k] = sorted(set(params.get(k, [])) | set(vals))
     dims = [Dim("variant", names)] + [Dim(k, vals) for k, vals in params.items()]
     bucket = "x".join(map(str, shape))
 
     def split(p: Point) -> tuple[str, dict]:
-        var = fam.variants[p["variant"]]
-        return var.name, {k: p[k] for k in var.dims}
+        return p["variant"], {k: p[k] for k in own[p["variant"]]}
 
     def valid(p: Point) -> bool:
-        var = fam.variants[p["variant"]]
-        for k in var.dims:
-            if p[k] not in var.dims[k]:
-                return False
-        return var.valid({k: p[k] for k in var.dims}, shape)
+        v, cfg = split(p)
+        if any(cfg[k] not in own[v][k] for k in cfg):
+            return False
+        if allowed is not None:
+            return json.dumps([v, cfg], sort_keys=True) in allowed
+        assert fam is not None
+        return fam.variants[v].valid(cfg, shape)
 
     def to_candidate(p: Point) -> Candidate:
         v, cfg = split(p)
@@ -66,13 +88,9 @@ def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = 
     if start:
         st = from_candidate(Candidate(kernel=KernelChoice(family=family, variant=start[0],
                                                           config=start[1])))
-    return SearchSpace(dims, to_candidate, from_candidate, valid=valid, start=st)
-
-
-def kernel_space_variants(family: str) -> list[str]:
-    from kernelsearch.families import get
-
-    return list(get(family).variants)
+    branches = ("variant", {v: [Dim(k, vals) for k, vals in d.items()] for v, d in own.items()})
+    return SearchSpace(dims, to_candidate, from_candidate, valid=valid, start=st,
+                       branches=branches)
 
 
 def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[str] = None,
@@ -123,22 +141,38 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
                   seed: int = 0, store=None, run_id: str = "",
                   on_trial: Optional[Callable[[Trial], None]] = None,
                   start: Optional[tuple[str, dict]] = None,
-                  variants: Optional[list[str]] = None) -> dict:
+                  variants: Optional[list[str]] = None,
+                  prior: Optional[list[tuple[str, dict, float]]] = None,
+                  configs: Optional[list[tuple[str, dict]]] = None) -> dict:
     """Ask/evaluate/tell until `budget` distinct configs were measured (invalid or duplicate
     asks are recorded but cost no measurement). `start` (the previous bucket's winner) is
-    measured first, for every proposer alike. Returns the best and the history."""
-    space = kernel_space(family, shape, variants=variants)
+    measured first, for every proposer alike; `prior` (the previous bucket's measured
+    (variant, config, time_s)) goes to the proposer's warm start, which only model-based
+    proposers use. `configs` limits the space to these configs (see `kernel_space`). Returns
+    the best, the history and every measured config."""
+    space = kernel_space(family, shape, variants=variants, configs=configs)
     prop = make(proposer, space, seed=seed, budget=budget)
+
+    def point_of(variant: str, config: dict) -> Optional[Point]:
+        """The space's point for exactly this config, if it is one of the space's valid ones."""
+        p = space.from_candidate(Candidate(kernel=KernelChoice(family=family, variant=variant,
+                                                               config=config)))
+        if p is None or not space.is_valid(p) or space.to_candidate(p).kernel.config != config:
+            return None
+        return p
+
+    if prior:
+        warm = [(p, 1.0 / t) for v, cfg, t in prior if t and (p := point_of(v, cfg)) is not None]
+        if warm:
+            prop.warm_start(warm)
     seen: dict[str, dict] = {}
+    timed: list[tuple[str, dict, float]] = []
     best: Optional[dict] = None
     history = []
     asks = 0
     first = None
-    if start and start[0] in (variants or kernel_space_variants(family)) and space.is_valid(
-            space.from_candidate(Candidate(kernel=KernelChoice(family=family, variant=start[0],
-                                                                config=start[1])))):
-        first = space.to_candidate(space.from_candidate(Candidate(kernel=KernelChoice(
-            family=family, variant=start[0], config=start[1]))))
+    if start and (sp := point_of(*start)) is not None:
+        first = space.to_candidate(sp)
         first.proposer = "start"
     while len(seen) < budget and asks < budget * 20:
         asks += 1
@@ -158,6 +192,8 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
         else:
             res = evaluate(cand.kernel.variant, cand.kernel.config)
             seen[key] = res
+        if res["code"] not in ("out_of_domain", "duplicate") and res.get("time_s"):
+            timed.append((cand.kernel.variant, cand.kernel.config, res["time_s"]))
         measured = res.get("time_s")
         objective = 1.0 / measured if measured else None
         faster = objective is not None and res["code"] != "duplicate" and (
@@ -200,7 +236,7 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
         prop.tell(trial)
         history.append((len(seen), measured))
     return {"shape": list(shape), "best": best, "evaluations": len(seen), "asks": asks,
-            "history": history}
+            "history": history, "measured": timed}
 
 
 def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: str = "optuna",
@@ -208,7 +244,8 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
                       isolate: bool = True, table_out: Optional[Path] = None,
                       on_trial: Optional[Callable[[Trial], None]] = None) -> dict:
     """`metaltune search kernel`: a search per shape bucket, trials stored, dispatch table
-    built from the buckets where the kernel beats the torch op (harness A/B)."""
+    built from the buckets where the kernel beats the torch op (harness A/B). Each bucket
+    starts from the previous bucket's winner, with its measurements as the proposer's prior."""
     from kernelsearch.families import NAMES, get
 
     if family not in NAMES:
@@ -230,11 +267,15 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
         run_id = store.new_run("kernel", {"family": family, "proposer": proposer,
                                           "budget": budget, "seed": seed, "device": device,
                                           "shapes": [list(s) for s in shapes]})
+        start, prior = None, None  # the previous bucket's winner and measurements
         for shape in shapes:
             ev = harness_evaluator(family, shape, device, isolate=isolate)
             r = search_bucket(family, shape, ev, proposer, budget, seed=seed, store=store,
-                              run_id=run_id, on_trial=on_trial)
+                              run_id=run_id, on_trial=on_trial, start=start, prior=prior)
             r.pop("history")
+            prior = r.pop("measured") or prior
+            if r["best"]:
+                start = (r["best"]["variant"], r["best"]["config"])
             results.append(r)
     from kernelsearch.table import DispatchTable, build
 
@@ -260,7 +301,10 @@ def replay_efficiency(res: dict, seeds: int = 10, budget_frac: float = 0.2,
     """Per family, over the shapes whose grid was measured completely in a bench_kernels.py
     result, in sweep order: each proposer searches each shape with a budget of `budget_frac` of
     that shape's valid grid, starting from its own winner on the previous shape (as a per-bucket
-    search does). Reports how far each best is from the grid optimum: per shape, and pooled."""
+    search does; model-based proposers also get its measured configs as a prior). The space
+    searched is exactly the configs the grid measured: a config the replay has no timing for
+    could not be judged, and the family's space may have changed since the grid was recorded.
+    Reports how far each best is from the grid optimum: per shape, and pooled."""
     out = []
     for fr in res["families"]:
         rows = [r for r in fr["rows"] if not r.get("grid_truncated")
@@ -281,17 +325,18 @@ def replay_efficiency(res: dict, seeds: int = 10, budget_frac: float = 0.2,
         for p in proposers:
             pcts: list[list[float]] = [[] for _ in rows]
             for s in range(seeds):
-                start = None
+                start, prior = None, None
                 for i, row in enumerate(rows):
                     ev = replay_evaluator(row["grid"])
-                    # only the variants the replayed grid measured (newer ones have no timings)
                     r = search_bucket(fr["family"], tuple(row["shape"]), ev, p,
                                       per_shape[i]["budget"], seed=s * 1000 + i, start=start,
-                                      variants=sorted({g["variant"] for g in row["grid"]}))
+                                      prior=prior, configs=[(g["variant"], g["config"])
+                                                            for g in row["grid"]])
                     best = r["best"]["time_s"] if r["best"] else float("inf")
                     pcts[i].append(100.0 * (best / (per_shape[i]["optimum_us"] * 1e-6) - 1))
                     if r["best"]:
                         start = (r["best"]["variant"], r["best"]["config"])
+                    prior = r["measured"] or prior
             for i, ps in enumerate(pcts):
                 per_shape[i][f"{p}_pct"] = statistics.median(ps)
                 per_shape[i][f"{p}_hits"] = sum(1 for x in ps if x <= 2.0)

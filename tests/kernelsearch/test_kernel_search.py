@@ -95,3 +95,34 @@ def test_search_kernel_is_a_daemon_operation(tmp_path):
     res = fn(SimpleNamespace(state_dir=tmp_path), family="swiglu", budget=1, proposer="grid",
              device="cpu", shapes=[(3, 17)])
     assert res["family"] == "swiglu" and json.dumps(res, default=str)
+
+
+def test_replay_searches_only_the_configs_its_grid_measured():
+    """A grid that measured part of a family's space (one new variant plus the incumbent, say)
+    and a value the family no longer lists: the replayed search proposes nothing else, so
+    every evaluation of its budget is a measured one."""
+    shape = (65536, 8192)
+    full = synthetic_grid("softmax", shape)
+    grid = full[::4] + [{"variant": "row", "config": {"ROWS": 64, "num_warps": 4}, "time_s": 5e-6}]
+    configs = [(g["variant"], g["config"]) for g in grid]
+    space = kernel_space("softmax", shape, configs=configs)
+    assert space.is_valid(space.from_candidate(space.to_candidate(
+        {**{d.name: d.values[0] for d in space.dims}, "variant": "row", "ROWS": 64, "num_warps": 4})))
+    for proposer in ("optuna", "random", "grid"):
+        r = search_bucket("softmax", shape, replay_evaluator(grid), proposer, budget=8, seed=3,
+                          configs=configs)
+        assert r["evaluations"] == 8 and len(r["measured"]) == 8
+        assert all((v, c) in configs for v, c, _ in r["measured"])
+
+
+def test_a_bucket_starts_from_the_previous_winner_with_its_measurements_as_prior():
+    shape, nxt = (65536, 8192), (16384, 8192)
+    first = search_bucket("softmax", shape, replay_evaluator(synthetic_grid("softmax", shape)),
+                          "optuna", budget=6, seed=0)
+    assert len(first["measured"]) == 6
+    best = (first["best"]["variant"], first["best"]["config"])
+    # plus a prior config that is not valid at the next shape: left out, not an error
+    prior = first["measured"] + [("row", {"ROWS": 3, "num_warps": 4}, 1e-6)]
+    second = search_bucket("softmax", nxt, replay_evaluator(synthetic_grid("softmax", nxt)),
+                           "optuna", budget=6, seed=0, start=best, prior=prior)
+    assert tuple(second["measured"][0][:2]) == best and second["evaluations"] == 6

@@ -98,3 +98,87 @@ def test_grid_on_a_constrained_space_strides_through_valid_points():
     assert {p["variant"] for p in pts} == {"a", "b"}
     r = make("random", s, seed=0, budget=8)
     assert [r.ask().knobs for _ in range(8)] != pts
+
+
+def branched_space() -> SearchSpace:
+    """Like a kernel family: a variant, each variant with parameters of its own (x is shared by
+    name, y and z are not), and a constraint across parameters."""
+    a = [Dim("x", list(range(8))), Dim("y", list(range(8)))]
+    b = [Dim("x", list(range(8))), Dim("z", [1, 2, 4, 8, 16])]
+    s = SearchSpace([Dim("variant", ["a", "b"]), Dim("x", list(range(8))),
+                     Dim("y", list(range(8))), Dim("z", [1, 2, 4, 8, 16])])
+    s.branches = ("variant", {"a": a, "b": b})
+    s.valid = lambda p: p["x"] + p["y"] <= 10 if p["variant"] == "a" else p["x"] * p["z"] <= 64
+    return s
+
+
+def config_of(p):
+    return (p["variant"], p["x"], p["y"] if p["variant"] == "a" else p["z"])
+
+
+def kernel_time(p, shift=0, scale=1.0):
+    """A smooth landscape (lower is better); `shift` moves variant a's optimum one step in y."""
+    if p["variant"] == "a":
+        return scale * (10 + (p["x"] - 5) ** 2 + (p["y"] - 2 - shift) ** 2)
+    return scale * (14 + (p["x"] - 3) ** 2 + 2 * abs(math.log2(p["z"]) - 2))
+
+
+def tell(prop, p, t, i):
+    c = prop.space.to_candidate(p)
+    prop.tell(Trial(candidate=c, verdict="reverted", reason="worse", objective=1.0 / t, number=i))
+
+
+def test_optuna_on_a_conditional_space_asks_each_valid_config_once():
+    s = branched_space()
+    prop = make("optuna", s, seed=2, budget=40)
+    seen = []
+    for i in range(40):
+        p = prop.ask().knobs
+        assert s.is_valid(p)
+        # parameters the variant does not use stay at their first value: one point per config
+        assert (p["z"] == 1) if p["variant"] == "a" else (p["y"] == 0)
+        seen.append(config_of(p))
+        tell(prop, p, kernel_time(p), i)
+    assert len(set(seen)) == len(seen)
+    assert {v for v, *_ in seen} == {"a", "b"}
+
+
+def evals_to_optimum(prop, start, limit=40):
+    """Evaluations until the optimum of the shifted landscape is measured (the neighbour's
+    winner `start` measured first, as a kernel search does)."""
+    best = min(kernel_time(p, shift=1, scale=3.0) for p in valid_points(prop.space))
+    tell(prop, start, kernel_time(start, shift=1, scale=3.0), 0)
+    for i in range(1, limit):
+        p = prop.ask().knobs
+        t = kernel_time(p, shift=1, scale=3.0)
+        tell(prop, p, t, i)
+        if t <= best:
+            return i + 1
+    return limit
+
+
+def valid_points(s):
+    import itertools
+
+    return [p for p in (dict(zip(s.names, c)) for c in itertools.product(*(d.values for d in s.dims)))
+            if s.is_valid(p)]
+
+
+def test_optuna_warm_started_from_a_neighbour_finds_the_optimum_sooner():
+    """The previous shape's measurements (another scale, optimum one step away) as a prior:
+    the search reaches this shape's optimum in fewer evaluations than from scratch."""
+    import random
+
+    s = branched_space()
+    pts = valid_points(s)
+    warm, cold = [], []
+    for seed in range(4):
+        rng = random.Random(seed)
+        neighbour = rng.sample(pts, 14)  # what a 14-evaluation search measured there
+        neighbour.append(min(pts, key=kernel_time))
+        start = min(neighbour, key=kernel_time)
+        w = make("optuna", s, seed=seed, budget=14, use_prior=True)
+        w.warm_start([(p, 1.0 / kernel_time(p)) for p in neighbour])
+        warm.append(evals_to_optimum(w, start))
+        cold.append(evals_to_optimum(make("optuna", s, seed=seed, budget=14), start))
+    assert sum(warm) < sum(cold)

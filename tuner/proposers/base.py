@@ -43,6 +43,11 @@ class SearchSpace:
     valid: Optional[Callable[[Point], bool]] = None
     #: where coordinate search starts (the incumbent); defaults to each dimension's middle
     start: Optional[Point] = None
+    #: conditional structure, for samplers that model it: (switch dim, {switch value: the dims
+    #: that apply under it, each with the values it takes there}). A dim a branch does not list
+    #: is "don't care" under it and keeps its first value (a kernel's variant and its own
+    #: parameters: one point per config, not one per combination of unused parameters)
+    branches: Optional[tuple[str, dict[Any, list[Dim]]]] = None
 
     @property
     def names(self) -> list[str]:
@@ -122,6 +127,11 @@ class Proposer(ABC):
         score = score_of(trial)
         self.history.append((p, score, trial))
         self.observe(p, score, trial)
+
+    def warm_start(self, observations: list[tuple[Point, float]]) -> None:
+        """Scores measured on a neighbouring problem (the previous shape bucket of a kernel
+        search), as a prior. Proposers that model the objective use them; the others ignore
+        them (what a proposer measures itself is always told through `tell`)."""
 
     def trial_cost(self, trial: Trial) -> dict[str, float]:
         """What proposing this trial cost (tokens, dollars); free for the classical proposers."""
