@@ -139,19 +139,14 @@ def _within_constraints(fam: Any, r: dict, primary: str, lo: int, hi: int) -> tu
 
     if var is None or not ok(pt):
         return lo, hi
-    if not ok(hi):
-        good, bad = pt, hi
-        while bad - good > 1:
+
+    def last_ok(good: int, bad: int) -> int:  # the accepted end nearest `bad`, from `good`
+        while abs(bad - good) > 1:
             mid = (good + bad) // 2
             good, bad = (mid, bad) if ok(mid) else (good, mid)
-        hi = good
-    if not ok(lo):
-        good, bad = pt, lo
-        while good - bad > 1:
-            mid = (good + bad) // 2
-            good, bad = (mid, bad) if ok(mid) else (good, mid)
-        lo = good
-    return lo, hi
+        return good
+
+    return (lo if ok(lo) else last_ok(pt, lo)), (hi if ok(hi) else last_ok(pt, hi))
 
 
 def build(family_name: str, results: list[dict], margin: float = 0.02,
