@@ -27,3 +27,14 @@ def looped_valid(cfg: dict, shape) -> bool:
     if cfg["BLOCK"] > max(pow2_at_least(shape[1]) // 2, 128):
         return False
     return cfg["BLOCK"] / (32 * cfg["num_warps"]) <= 16
+
+
+def split_valid(cfg: dict, shape) -> bool:
+    """A row held as two power-of-two pieces: for lengths that are not a power of two (the row
+    variant covers those), at most 64 fp32 values per thread."""
+    n = shape[1]
+    if n & (n - 1) == 0:
+        return False
+    a = pow2_at_least(n) // 2
+    lanes = a + pow2_at_least(max(1, n - a))
+    return lanes / (32 * cfg["num_warps"]) <= 64

@@ -39,6 +39,8 @@ FAMILY = Family(
         "streamed": Variant("streamed", HERE / "streamed.py",
                             {"BLOCK": [512, 1024, 2048, 4096, 8192], "STAGES": [1, 2],
                              "num_warps": [4, 8, 16]}, rowwise.looped_valid),
+        "split": Variant("split", HERE / "split.py", {"num_warps": [4, 8, 16, 32]},
+                         rowwise.split_valid),
     },
     search_shapes=rowwise.SWEEP,
     sweep_shapes=rowwise.SWEEP,
