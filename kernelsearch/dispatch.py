@@ -8,8 +8,8 @@ A call whose (family, dtype, shape) falls inside a validated range of the instal
 that kernel; anything else (no table, another shape, a CPU tensor, an odd layout) runs the plain
 torch op. Tables are measured on each family's input layout (matmul: b = W.t(), as F.linear),
 so a call with another layout (a row-major [K, N] b) runs torch too: a kernel judged and timed on
-one layout can be several times slower on another. Lookups are cached per shape and layout, so
-the steady-state cost is one dict lookup."""
+one layout can be several times slower on another. Lookups are cached per argument dtypes,
+shapes, strides and devices, so the steady-state cost is one dict lookup."""
 from __future__ import annotations
 
 import functools
@@ -72,29 +72,44 @@ def _forward(family: str, variant: str) -> Callable:
     return importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
 
 
+def _key(family: str, args) -> tuple:
+    """What a lookup depends on: each tensor argument's dtype, shape, strides and device (the
+    table, the layout and _usable are functions of these). Cheaper than working out the
+    family's shape and layout, which only a cache miss does."""
+    import torch
+
+    return (family,) + tuple((a.dtype, a.shape, a.stride(), a.get_device())
+                             if isinstance(a, torch.Tensor) else None for a in args)
+
+
 def _resolve(family: str, args) -> Optional[Callable]:
+    key = _key(family, args)
+    try:
+        return _cache[key]
+    except KeyError:
+        pass
+    fn = _lookup(family, args)
+    _cache[key] = fn
+    return fn
+
+
+def _lookup(family: str, args) -> Optional[Callable]:
     from kernelsearch.families import get
     from kernelsearch.families.base import dtype_name
 
     fam = get(family)
-    dtype = dtype_name(args[0].dtype)
     try:
         shape = tuple(int(v) for v in fam.shape_of(*args))
+        dtype = dtype_name(args[0].dtype)
     except (AttributeError, IndexError, TypeError, ValueError):
         return None  # not a shape this family's kernels take: torch handles it
     if family == "matmul" and (args[0].dim() != 2 or args[1].dim() != 2):
         return None
     layout = fam.layout_of(*args) if fam.layout_of is not None else ""
-    key = (family, dtype, shape, layout)
-    if key in _cache:
-        return _cache[key]
-    fn = None
-    if _table is not None and layout == fam.layout and _usable(family, args):
-        e = _table.lookup(family, dtype, fam.dims_dict(shape))
-        if e is not None:
-            fn = functools.partial(_forward(family, e.variant), **e.config)
-    _cache[key] = fn
-    return fn
+    if _table is None or layout != fam.layout or not _usable(family, args):
+        return None
+    e = _table.lookup(family, dtype, fam.dims_dict(shape))
+    return None if e is None else functools.partial(_forward(family, e.variant), **e.config)
 
 
 def call(family: str, *args: Any) -> Any:

@@ -15,12 +15,12 @@ TIMER_MODULES = {"time", "timeit"}
 TORCH_ALLOC = {"empty", "empty_like", "empty_strided", "zeros", "zeros_like"}
 TORCH_VALUES = {"float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8",
                 "float8_e4m3fn", "float8_e5m2", "bool", "float", "half", "Tensor", "device",
-                "dtype", "Size"}
+                "dtype", "Size", "contiguous_format"}
 TRITON_ALLOWED = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "Config",
                   "language"}
 METHOD_ALLOWED = {"size", "stride", "numel", "dim", "is_contiguous", "contiguous", "view",
                   "reshape", "flatten", "unsqueeze", "squeeze", "t", "transpose", "permute",
-                  "expand", "data_ptr", "element_size", "new_empty", "unbind",
+                  "expand", "data_ptr", "element_size", "new_empty", "unbind", "bit_length",
                   "append", "get", "items", "keys", "values", "index"}
 BUILTINS_ALLOWED = {"int", "float", "bool", "len", "range", "min", "max", "tuple", "list",
                     "isinstance", "abs", "divmod", "enumerate", "zip", "round", "pow", "all",

@@ -56,3 +56,40 @@ def test_fresh_inputs_every_check():
     x1 = fam.make_inputs((4, 8), "float32", "cpu", torch.Generator().manual_seed(1))[0]
     x2 = fam.make_inputs((4, 8), "float32", "cpu", torch.Generator().manual_seed(2))[0]
     assert not torch.equal(x1, x2)
+
+
+ROWWISE = [(n, v) for n in ("softmax", "rmsnorm", "swiglu") for v in get(n).variants]
+
+
+@pytest.mark.parametrize("family,variant", ROWWISE)
+def test_rowwise_variant_takes_any_layout_model_code_hands_it(family, variant, monkeypatch):
+    """The wrappers pass a contiguous input through untouched (no reshape, no view: host time)
+    and must still be right on what model code really passes: a batch of sequences (3-D), rows
+    of a wider buffer (a row-strided view), a transposed tensor (stride(-1) != 1). The output is
+    a fresh contiguous tensor of the input's shape, and the input is left as it was."""
+    import importlib
+
+    import torch
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    fam = get(family)
+    fwd = importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
+    cols, rows = 1000, 6
+    cfg = next(c for c in fam.variants[variant].configs((rows, cols)))
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(rows, cols + 20, generator=g)
+    layouts = {"3d": torch.randn(2, 3, cols, generator=g),
+               "row-strided": base[:, :cols],
+               "transposed": torch.randn(cols, rows, generator=g).t()}
+    for name, x in layouts.items():
+        args = (x, torch.randn(cols, generator=g) * 0.5 + 1.0, 1e-6) if family == "rmsnorm" else (
+            (x, torch.randn(x.shape, generator=g).mT.contiguous().mT) if family == "swiglu"
+            else (x,))
+        before = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        y = fwd(*args, **cfg)
+        assert y.shape == x.shape and y.is_contiguous(), (name, y.shape, y.stride())
+        ref = fam.reference(*args)
+        assert torch.allclose(y.double(), ref, atol=1e-5, rtol=1e-4), (name, (y - ref).abs().max())
+        for a, b in zip(args, before):
+            if isinstance(a, torch.Tensor):
+                assert torch.equal(a, b), name

@@ -103,7 +103,7 @@ def forward(a, b, *, BLOCK_M: int = 128, BLOCK_N: int = 256, BLOCK_K: int = 64,
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    tiles = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N)
+    tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
     grid = (max(1, min(NUM_SMS, tiles)),)
     es = a.element_size()
     # TMA: base 16-byte aligned, unit stride along rows, row pitch a multiple of 16 bytes

@@ -56,24 +56,24 @@ def forward(a, b, *, BLOCK_N: int = 32, BLOCK_K: int = 256, SPLIT_K: int = 1, ST
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    k_per_split = triton.cdiv(triton.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    splits = triton.cdiv(K, k_per_split)
+    k_per_split = ((K + SPLIT_K - 1) // SPLIT_K + BLOCK_K - 1) // BLOCK_K * BLOCK_K
+    splits = (K + k_per_split - 1) // k_per_split
     # the family offers this variant for M <= 16; a larger M still computes, 16 rows at a time
     m0 = 0
     while m0 < M:
         mb = min(16, M - m0)
-        a_blk = a[m0:m0 + mb]
-        c_blk = c[m0:m0 + mb]
+        a_blk = a if mb == M else a[m0:m0 + mb]  # M <= 16: no view (host time per call)
+        c_blk = c if mb == M else c[m0:m0 + mb]
         if splits > 1:
             part = torch.empty((splits, mb, N), dtype=torch.float32, device=a.device)
-            _skinny[(triton.cdiv(N, BLOCK_N), splits)](
+            _skinny[((N + BLOCK_N - 1) // BLOCK_N, splits)](
                 a_blk, b, c_blk, part, mb, N, K, k_per_split, a.stride(0), a.stride(1),
                 b.stride(0), b.stride(1), c.stride(0), BLOCK_M=16, BLOCK_N=BLOCK_N,
                 BLOCK_K=BLOCK_K, STAGES=STAGES, SPLIT=True, num_warps=num_warps)
-            _skinny_reduce[(triton.cdiv(mb * N, 1024),)](part, c_blk, mb * N, splits,
+            _skinny_reduce[((mb * N + 1023) // 1024,)](part, c_blk, mb * N, splits,
                                                          BLOCK=1024, num_warps=4)
         else:
-            _skinny[(triton.cdiv(N, BLOCK_N), 1)](
+            _skinny[((N + BLOCK_N - 1) // BLOCK_N, 1)](
                 a_blk, b, c_blk, c_blk, mb, N, K, k_per_split, a.stride(0), a.stride(1),
                 b.stride(0), b.stride(1), c.stride(0), BLOCK_M=16, BLOCK_N=BLOCK_N,
                 BLOCK_K=BLOCK_K, STAGES=STAGES, SPLIT=False, num_warps=num_warps)

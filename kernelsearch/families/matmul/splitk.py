@@ -44,13 +44,13 @@ def forward(a, b, *, BLOCK_M: int = 16, BLOCK_N: int = 64, BLOCK_K: int = 128,
             SPLIT_K: int = 4, STAGES: int = 3, num_warps: int = 4):
     M, K = a.shape
     N = b.shape[1]
-    k_per_split = triton.cdiv(triton.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
-    splits = triton.cdiv(K, k_per_split)
+    k_per_split = ((K + SPLIT_K - 1) // SPLIT_K + BLOCK_K - 1) // BLOCK_K * BLOCK_K
+    splits = (K + k_per_split - 1) // k_per_split
     part = torch.empty((splits, M, N), dtype=torch.float32, device=a.device)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    grid = (triton.cdiv(N, BLOCK_N), triton.cdiv(M, BLOCK_M), splits)
+    grid = ((N + BLOCK_N - 1) // BLOCK_N, (M + BLOCK_M - 1) // BLOCK_M, splits)
     _matmul_splitk[grid](a, b, part, M, N, K, k_per_split, a.stride(0), a.stride(1),
                          b.stride(0), b.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                          BLOCK_K=BLOCK_K, STAGES=STAGES, num_warps=num_warps)
-    _splitk_reduce[(triton.cdiv(M * N, 1024),)](part, c, M * N, splits, BLOCK=1024, num_warps=4)
+    _splitk_reduce[((M * N + 1023) // 1024,)](part, c, M * N, splits, BLOCK=1024, num_warps=4)
     return c

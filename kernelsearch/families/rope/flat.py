@@ -32,7 +32,7 @@ def forward(x, cos, sin, *, BLOCK: int = 1024, num_warps: int = 4):
     n = B * NH * half
     scb = cos.stride(0) if cos.shape[0] > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] > 1 else 0
-    _rope_flat[(triton.cdiv(n, BLOCK),)](x, cos, sin, y, n, NH, half,
+    _rope_flat[((n + BLOCK - 1) // BLOCK,)](x, cos, sin, y, n, NH, half,
                                          x.stride(0), x.stride(1), x.stride(2),
                                          scb, cos.stride(1), ssb, sin.stride(1),
                                          BLOCK=BLOCK, num_warps=num_warps)

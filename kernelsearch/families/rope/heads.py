@@ -30,8 +30,8 @@ def forward(x, cos, sin, *, BLOCK_H: int = 4, num_warps: int = 4):
     y = torch.empty((B, NH, D), dtype=x.dtype, device=x.device)
     scb = cos.stride(0) if cos.shape[0] > 1 else 0
     ssb = sin.stride(0) if sin.shape[0] > 1 else 0
-    grid = (B, triton.cdiv(NH, BLOCK_H))
+    grid = (B, (NH + BLOCK_H - 1) // BLOCK_H)
     _rope_heads[grid](x, cos, sin, y, NH, half, x.stride(0), x.stride(1), x.stride(2),
                       scb, cos.stride(1), ssb, sin.stride(1),
-                      BLOCK_H=BLOCK_H, HALF=triton.next_power_of_2(half), num_warps=num_warps)
+                      BLOCK_H=BLOCK_H, HALF=1 << (half - 1).bit_length(), num_warps=num_warps)
     return y

@@ -19,5 +19,5 @@ def forward(gate, up, *, BLOCK: int = 1024, num_warps: int = 4):
     u = up if up.is_contiguous() else up.contiguous()
     y = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
     n = g.numel()
-    _swiglu_flat[(triton.cdiv(n, BLOCK),)](g, u, y, n, BLOCK=BLOCK, num_warps=num_warps)
+    _swiglu_flat[((n + BLOCK - 1) // BLOCK,)](g, u, y, n, BLOCK=BLOCK, num_warps=num_warps)
     return y

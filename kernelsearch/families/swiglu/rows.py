@@ -19,15 +19,17 @@ def _swiglu_rows(G, U, Y, n_rows, n_cols, sg, su, sy,
 
 def forward(gate, up, *, BLOCK_R: int = 1, BLOCK_C: int = 1024, num_warps: int = 4):
     n_cols = gate.shape[-1]
-    g = gate.reshape(-1, n_cols)
-    u = up.reshape(-1, n_cols)
+    # contiguous inputs go in as they are, y comes out in gate's shape (see softmax/row.py)
+    g = gate if gate.is_contiguous() else gate.reshape(-1, n_cols)
+    u = up if up.is_contiguous() else up.reshape(-1, n_cols)
     if g.stride(-1) != 1:
         g = g.contiguous()
     if u.stride(-1) != 1:
         u = u.contiguous()
-    n_rows = g.shape[0]
-    y = torch.empty((n_rows, n_cols), dtype=gate.dtype, device=gate.device)
-    grid = (triton.cdiv(n_rows, BLOCK_R), triton.cdiv(n_cols, BLOCK_C))
-    _swiglu_rows[grid](g, u, y, n_rows, n_cols, g.stride(0), u.stride(0), y.stride(0),
+    n_rows = gate.numel() // n_cols
+    y = torch.empty_like(gate, memory_format=torch.contiguous_format)
+    grid = ((n_rows + BLOCK_R - 1) // BLOCK_R, (n_cols + BLOCK_C - 1) // BLOCK_C)
+    _swiglu_rows[grid](g, u, y, n_rows, n_cols, n_cols if g is gate else g.stride(0),
+                       n_cols if u is up else u.stride(0), n_cols,
                        BLOCK_R=BLOCK_R, BLOCK_C=BLOCK_C, num_warps=num_warps)
-    return y.view(gate.shape)
+    return y
