@@ -7,9 +7,9 @@
                    bounded by --compile-budget-s (sizes not reached are listed as skipped)
   tuned-no-graphs  the tuned path with CUDA graphs off (the canonical trap)
 
-then applies the holistic keep rule (tuner.holistic.decide_sizes) to tuned vs torch+graphs and
+then applies the holistic keep rule (tuner.search.keep.decide_sizes) to tuned vs torch+graphs and
 to graphs-off vs tuned (with its micro-benchmark: time to the first decoded token, capture
-included). Needs no pydantic to time (the GPU machine has none): if tuner.holistic cannot be
+included). Needs no pydantic to time (the GPU machine has none): if tuner.search.keep cannot be
 imported the verdicts are computed later with `--report FILE` on a machine that has it.
 
   python benchmarks/bench_holistic.py --out benchmarks/results/holistic-h200.json
@@ -205,7 +205,7 @@ def diag(args: argparse.Namespace, out: Path) -> None:
 
     import torch
 
-    from tuner import diagnose as D
+    from tuner.workloads import diagnose as D
 
     gc.collect()
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
@@ -286,7 +286,7 @@ def report(res: dict) -> None:
             r2 = f"{t / cm:.2f}x compile ({'met' if t >= cm else 'NOT met'})" if t and cm else "compile not measured"
             print(f"  ctx {c}: {r1}; {r2}")
     try:
-        from tuner.holistic import decide_sizes
+        from tuner.search.keep import decide_sizes
         from tuner.workloads.base import summarize
     except ImportError as ex:
         print(f"\nholistic verdicts: not computed here ({ex}); run --report on this JSON")
@@ -309,7 +309,7 @@ def report(res: dict) -> None:
               f"worst size {worst[0]} {worst[1]['ratio'] - 1:+.1%}"
               + (f"; micro-benchmark {micro:+.0%}" if micro is not None else ""))
 
-    print("\nholistic keep rule (tuner.holistic.decide_sizes, tolerance 1%):")
+    print("\nholistic keep rule (tuner.search.keep.decide_sizes, tolerance 1%):")
     verdict(BASE, "dispatch+graphs")
     verdict(BASE, "tuned+graphs")
     mic = res.get("micro", {})
@@ -338,7 +338,7 @@ def main() -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None, help="results JSON (default benchmarks/results/holistic-<gpu>.json)")
     ap.add_argument("--report", default=None, help="print the table and verdicts of a results JSON")
-    ap.add_argument("--diagnose", action="store_true", help="also run tuner.diagnose (decode, first "
+    ap.add_argument("--diagnose", action="store_true", help="also run tuner.workloads.diagnose (decode, first "
                     "context and batch) and save its JSON and chart beside the results")
     args = ap.parse_args()
     if args.merge:

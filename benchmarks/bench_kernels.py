@@ -386,7 +386,7 @@ def run(args) -> int:
 def replay(args) -> int:
     """Search efficiency on the GPU grid timings: grid, random and Optuna with the project's
     proposers, replaying the measured time of each config (no GPU needed)."""
-    from tuner.kernel_search import replay_efficiency
+    from tuner.search.kernel import replay_efficiency
 
     res = json.loads(Path(args.replay).read_text())
     rows = replay_efficiency(res, seeds=args.seeds, budget_frac=0.2)

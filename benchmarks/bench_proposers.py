@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tuner.demo import run_demo  # noqa: E402
+from tuner.search.demo import run_demo  # noqa: E402
 
 
 def main() -> None:

@@ -101,7 +101,7 @@ def main() -> None:
         per = [(x - n * raw) / n for x in xs]
         row(f"transaction {label}: total", xs)
         row(f"transaction {label}: overhead per change", per, "total/n - knob.apply")
-    spawn = ("tuner.ops_safety:watchdog_knobs", {"backend": "sim", "sim_root": str(root)})
+    spawn = ("tuner.ops.safety:watchdog_knobs", {"backend": "sim", "sim_root": str(root)})
     xs = []
     for i in range(max(3, a.reps // 5)):
         t0 = time.perf_counter()

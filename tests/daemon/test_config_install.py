@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tuner.daemon.config import DaemonConfig, load
+from tuner.daemon.install import install, render_unit, uninstall
 from tuner.errors import BadInput
-from tuner.install import install, render_unit, uninstall
 
 REPO = Path(__file__).resolve().parents[2]
 needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")

@@ -148,7 +148,7 @@ def test_status_confirm_rollback_recover_cli(sim, tmp_path):
 
 def test_spawned_watchdog_rebuilds_sim_knobs_and_restores_after_sigkill(sim, tmp_path):
     """The robust watchdog: a fresh interpreter that rebuilds the knobs by name
-    (tuner.ops_safety.knob_factory) and restores the sim when the caller is killed."""
+    (tuner.ops.safety.knob_factory) and restores the sim when the caller is killed."""
     import signal
 
     root, knobs = sim
@@ -158,7 +158,7 @@ def test_spawned_watchdog_rebuilds_sim_knobs_and_restores_after_sigkill(sim, tmp
         from safety import Journal, Transaction, Policy
         from tuner.host import open_host
         from tuner.knobs.registry import discover
-        from tuner.ops_safety import knob_factory
+        from tuner.ops.safety import knob_factory
         host = open_host("sim", {str(root)!r})
         t = Transaction(Journal({str(state / 'journal.db')!r}), discover(host, providers=["gpu"]),
                         {{"gpu0.power_limit_w": 550}}, policy=Policy.from_dict({{"rules": [{{"knob": "gpu*"}}]}}),

@@ -2,11 +2,6 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Timing tests share 2 cores with other work: one intra-op thread keeps repeats steady."""
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_thread):
+    """Every workload test runs on one intra-op thread (tests/conftest.py says why)."""
     yield
-    torch.set_num_threads(n)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tuner.errors import BadInput, WorkloadFailed, WorkloadHang
-from tuner.holistic import decide_sizes
+from tuner.search.keep import decide_sizes
 from tuner.workloads.command import CommandWorkload
 
 BENCH = textwrap.dedent("""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from tuner.errors import BadInput, MetaltuneError
+from tuner.ops.settings import Settings
 
 app = typer.Typer(
     name="metaltune",
@@ -20,27 +20,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# tuner.cli.<module>.register(app) for each; a module not written yet is skipped
+# tuner.cli.<module>.register(app) for each (a module that fails to import fails loudly)
 MODULES = [
     "demo_cmd", "sim_cmd", "trials_cmd", "search_cmd", "kernel_cmd", "safety_cmd",
     "profile_cmd", "host_cmd", "daemon_cmd", "compare_cmd", "fleet_cmd", "diagnose_cmd",
 ]
-
-
-@dataclass
-class Settings:
-    state_dir: Path
-    backend: Optional[str]
-    sim_root: Optional[Path]
-
-    def host(self, dry_run: bool = False):
-        from tuner.host import open_host
-
-        return open_host(self.backend, self.sim_root, dry_run=dry_run)
-
-    def ensure_state_dir(self) -> Path:
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return self.state_dir
 
 
 @app.callback()
@@ -62,21 +46,9 @@ def _common(
     ctx.obj = Settings(state_dir=state_dir, backend=backend, sim_root=sim_root)
 
 
-def settings(ctx: typer.Context) -> Settings:
-    obj = ctx.find_root().obj
-    assert isinstance(obj, Settings)
-    return obj
-
-
 def _register_all() -> None:
     for m in MODULES:
-        try:
-            mod = importlib.import_module(f"tuner.cli.{m}")
-        except ModuleNotFoundError as e:
-            if e.name == f"tuner.cli.{m}":
-                continue
-            raise
-        mod.register(app)
+        importlib.import_module(f"tuner.cli.{m}").register(app)
 
 
 _register_all()

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Install the systemd unit, /etc/metaltune/config.toml, the default policy and the state dir."""
-        from tuner.install import install
+        from tuner.daemon.install import install
 
         res = install(root, exec_start=[exec_path] if exec_path else None, allow_ip=allow_ip,
                       force=force, backend=backend, sim_root=sim_root)
@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Remove the unit (and with --purge the configuration and state). Stop the service first:
         `systemctl disable --now metaltune` (its stop policy decides what stays applied)."""
-        from tuner.install import uninstall
+        from tuner.daemon.install import uninstall
 
         res = uninstall(root, purge=purge)
         if as_json:

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Run the verified search loop on a fresh simulated host and print what it found."""
-        from tuner.demo import run_demo
+        from tuner.search.demo import run_demo
 
         if trials < 1:
             raise BadInput("--trials: expected a number ≥ 1")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import settings
 from tuner.errors import BadInput
 
 
@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Profile the holistic workload and classify each operation: compute-bound,
         memory-bound (against measured ceilings) or launch overhead (gaps, tiny kernels)."""
-        from tuner import diagnose as D
+        from tuner.workloads import diagnose as D
         from tuner.workloads.llama import PRESETS
 
         if phase not in ("decode", "prefill"):

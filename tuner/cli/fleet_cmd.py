@@ -163,7 +163,7 @@ def apply_cmd(
 ) -> None:
     """Roll PROFILE out: canaries first (probation + health check), then waves; halt and roll back
     the current wave on an incident or regression; resumable from the state file."""
-    from tuner.cli import settings
+    from tuner.cli.common import settings
     from tuner.compare.suite import METRICS
     from tuner.fleet.inventory import load
     from tuner.fleet.rollout import Options, Rollout, RolloutState, plan_waves, prepare_resume, _sha

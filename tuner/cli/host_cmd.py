@@ -6,16 +6,15 @@ import json
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import invoke, settings
 
 
 def register(app: typer.Typer) -> None:
     @app.command("host")
     def host_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Hardware (GPUs, driver, PCIe, virtualisation) and every knob; changes nothing."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "host")
+        res = invoke(settings(ctx), "host")
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import settings
 from tuner.errors import BadInput
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families.",
@@ -160,7 +160,7 @@ def search_kernel_cmd(
     shapes = [_shape(s, family) for s in shape] if shape else None
     s = settings(ctx)
     state = s.ensure_state_dir()
-    from tuner.kernel_search import run_kernel_search
+    from tuner.search.kernel import run_kernel_search
 
     def progress(t):
         if not as_json:

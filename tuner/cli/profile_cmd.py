@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import invoke, settings
 
 
 def _print_json(res: Any) -> None:
@@ -29,9 +29,8 @@ def register(app: typer.Typer) -> None:
     @profile_app.command("list")
     def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
         """Shipped and local profiles, and whether each matches this host."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "profile_list")
+        res = invoke(settings(ctx), "profile_list")
         if as_json:
             return _print_json(res)
         from rich.console import Console
@@ -54,9 +53,8 @@ def register(app: typer.Typer) -> None:
     def show_cmd(ctx: typer.Context, profile: str,
                  as_json: bool = typer.Option(False, "--json")) -> None:
         """A profile with its includes resolved (each value with the file and line it comes from)."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "profile_show", profile=profile)
+        res = invoke(settings(ctx), "profile_show", profile=profile)
         if as_json:
             return _print_json(res)
         from rich.console import Console
@@ -83,9 +81,8 @@ def register(app: typer.Typer) -> None:
                  b: Optional[str] = typer.Argument(None, help="Second profile (default: this host's current values)."),
                  as_json: bool = typer.Option(False, "--json")) -> None:
         """Differences knob by knob (exit 1 when they differ, like diff(1))."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "profile_diff", a=a, b=b)
+        res = invoke(settings(ctx), "profile_diff", a=a, b=b)
         if as_json:
             _print_json(res)
         else:
@@ -105,9 +102,8 @@ def register(app: typer.Typer) -> None:
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
                    as_json: bool = typer.Option(False, "--json")) -> None:
         """A self-contained YAML profile (includes flattened), or this host's current values."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
+        res = invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
                          new_name=name)
         if output is not None:
             output.write_text(res["yaml"])
@@ -121,9 +117,8 @@ def register(app: typer.Typer) -> None:
                    as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot.
         Exit 1 when something drifted."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "verify", profile=profile)
+        res = invoke(settings(ctx), "verify", profile=profile)
         if as_json:
             _print_json(res)
         else:
@@ -142,9 +137,8 @@ def register(app: typer.Typer) -> None:
                   force: bool = typer.Option(False, "--force", help="Apply even if match: rules fail."),
                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Apply a profile through a safety transaction (policy, journal, probation, rollback)."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "apply", profile=profile, dry_run=dry_run,
+        res = invoke(settings(ctx), "apply", profile=profile, dry_run=dry_run,
                          probation_s=probation, force=force,
                          policy=str(policy) if policy else None)
         if as_json:

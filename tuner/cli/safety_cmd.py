@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import invoke, settings
 
 
 def _fmt(v: object) -> str:
@@ -21,9 +21,8 @@ def register(app: typer.Typer) -> None:
         incidents: int = typer.Option(10, "--incidents", min=0, help="Show the last N incidents."),
     ) -> None:
         """Baseline, current values, the pending change and the last incidents."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "status", incidents=incidents)
+        res = invoke(settings(ctx), "status", incidents=incidents)
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return
@@ -63,18 +62,16 @@ def register(app: typer.Typer) -> None:
     @app.command("confirm")
     def confirm_cmd(ctx: typer.Context) -> None:
         """Keep the change in probation now (before its deadline)."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "confirm")
+        res = invoke(settings(ctx), "confirm")
         print(f"confirmed transaction {', '.join(map(str, res['confirmed']))}")
 
     @app.command("rollback")
     def rollback_cmd(ctx: typer.Context,
                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Return every knob metaltune changed to its baseline (the value before the first change)."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "rollback")
+        res = invoke(settings(ctx), "rollback")
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return
@@ -89,9 +86,8 @@ def register(app: typer.Typer) -> None:
     def recover_cmd(ctx: typer.Context,
                     as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Roll back every change that was never confirmed (after a crash), from the journal."""
-        from tuner import ops
 
-        res = ops.invoke(settings(ctx), "recover")
+        res = invoke(settings(ctx), "recover")
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import invoke, settings
 
 search_app = typer.Typer(help="Run a verified search.", no_args_is_help=True)
 
@@ -27,11 +27,10 @@ def search_host_cmd(
 ) -> None:
     """Search host settings: propose, gate, apply in a safety transaction, A/B against the
     incumbent, keep or roll back."""
-    from tuner import ops
 
     # through the daemon when one runs (it holds the writer lock and starts the search in a
     # child process); otherwise in this process
-    res = ops.invoke(settings(ctx), "search_host", budget=budget, proposer=proposer, policy=policy,
+    res = invoke(settings(ctx), "search_host", budget=budget, proposer=proposer, policy=policy,
                      knobs=knobs, seed=seed, repeats=repeats, workload=workload,
                      metric_regex=metric_regex, timeout_s=timeout_s)
     if as_json:
@@ -65,9 +64,8 @@ def search_mixed_cmd(
     gated (policy, kernel judge), applied (host in a safety transaction, kernels in the dispatch
     table, runtime in the workload), A/B-measured end to end against the incumbent and kept only
     if no size regresses; everything else is rolled back."""
-    from tuner import ops
 
-    res = ops.invoke(settings(ctx), "search_mixed", budget=budget, proposer=proposer,
+    res = invoke(settings(ctx), "search_mixed", budget=budget, proposer=proposer,
                      policy=policy, knobs=knobs, families=families, runtime=runtime, seed=seed,
                      rounds=rounds, repeats=repeats, max_choices=max_choices, table=table,
                      workload=workload, metric_regex=metric_regex, timeout_s=timeout_s)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from tuner.cli import settings
+from tuner.cli.common import invoke, settings
 from tuner.errors import BadInput
 
 
@@ -20,13 +20,12 @@ def register(app: typer.Typer) -> None:
         verdict: Optional[str] = typer.Option(None, "--verdict", help="kept|reverted|rejected|rolled_back"),
     ) -> None:
         """List evaluated trials: candidate, verdict, reason code, gain."""
-        from tuner import ops
 
         if limit < 0:
             raise BadInput("--limit: expected a number ≥ 0")
         if verdict and verdict not in ("kept", "reverted", "rejected", "rolled_back"):
             raise BadInput(f"--verdict: expected kept, reverted, rejected or rolled_back, got {verdict!r}")
-        res = ops.invoke(settings(ctx), "trials", limit=limit or None, run_id=run_id, verdict=verdict)
+        res = invoke(settings(ctx), "trials", limit=limit or None, run_id=run_id, verdict=verdict)
         if as_json:
             print(json.dumps(res, indent=2))
             return

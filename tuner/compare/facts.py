@@ -62,18 +62,18 @@ def collect(host: Any) -> dict[str, Any]:
 
 
 def _merge_hw(host: Any, facts: dict[str, Any], ev: list[str]) -> None:
-    """The project's hardware detection (tuner.hw, the one `match:` rules use) where it can run:
+    """The project's hardware detection (tuner.host.hardware, the one `match:` rules use) where it can run:
     its verdict is kept beside ours and a VM either one sees is a VM. It needs pydantic, which a
     GPU host's own Python may lack; then this module's stdlib reading stands alone."""
     try:
-        from tuner import hw
+        from tuner.host import hardware as hw
     except ImportError as e:
-        ev.append(f"tuner.hw not used ({e})")
+        ev.append(f"tuner.host.hardware not used ({e})")
         return
     try:
         info = hw.detect(host)
     except Exception as e:
-        ev.append(f"tuner.hw failed: {type(e).__name__}: {e}")
+        ev.append(f"tuner.host.hardware failed: {type(e).__name__}: {e}")
         return
     v = info.virtualization
     facts["hw_detect"] = {"is_vm": v.is_vm, "evidence": v.evidence,
@@ -83,7 +83,7 @@ def _merge_hw(host: Any, facts: dict[str, Any], ev: list[str]) -> None:
     if v.is_vm and facts.get("virtualisation") != "vm":
         facts["virtualisation"] = "vm"
         facts["hypervisor"] = facts.get("hypervisor") or v.systemd_detect_virt or "unknown"
-        ev.append("tuner.hw says VM: " + "; ".join(v.evidence))
+        ev.append("tuner.host.hardware says VM: " + "; ".join(v.evidence))
     facts["driver"] = facts.get("driver") or info.driver_version
     facts["cuda_driver"] = info.cuda_driver_version
 

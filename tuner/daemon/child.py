@@ -15,8 +15,8 @@ def main(argv: list[str]) -> int:
     # SIGTERM from the daemon: unwind normally so open transactions roll back in `finally`
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from tuner import ops
-    from tuner.cli import Settings
     from tuner.errors import MetaltuneError
+    from tuner.ops.settings import Settings
     from pathlib import Path
 
     sim = os.environ.get("METALTUNE_SIM_ROOT")

@@ -1,5 +1,5 @@
 """The CLI's side of the control socket. `try_call` answers None when no daemon is running, so
-`tuner.ops.invoke` falls back to running the operation in-process."""
+`tuner.cli.common.invoke` falls back to running the operation in-process."""
 from __future__ import annotations
 
 import errno
@@ -16,9 +16,12 @@ from tuner.errors import MetaltuneError, OperationFailed
 NO_DAEMON_ENV = "METALTUNE_NO_DAEMON"
 
 
+def run_dir() -> Path:
+    return Path(os.environ.get("METALTUNE_RUN_DIR", "/run/metaltune"))
+
+
 def socket_path() -> Path:
     from tuner.daemon.server import SOCKET_NAME
-    from tuner.ops import run_dir
 
     return run_dir() / SOCKET_NAME
 

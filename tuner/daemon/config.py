@@ -103,7 +103,7 @@ class DaemonConfig(_Strict):
         return self
 
     def resolved_run_dir(self) -> Path:
-        from tuner.ops import run_dir
+        from tuner.daemon.client import run_dir
 
         return self.run_dir or run_dir()
 

@@ -74,7 +74,7 @@ class Daemon:
 
     # -- settings the operations see (the same object the CLI builds) ------------------------
     def settings(self) -> Any:
-        from tuner.cli import Settings
+        from tuner.ops.settings import Settings
 
         return Settings(state_dir=self.cfg.state_dir, backend=self.cfg.backend, sim_root=self.cfg.sim_root)
 

@@ -19,12 +19,7 @@ PROVIDERS = ["gpu", "pcie", "cpu", "sysctl", "driver", "bios"]
 def discover(host: Any, providers: list[str] | None = None) -> dict[str, Knob]:
     knobs: dict[str, Knob] = {}
     for mod_name in providers or PROVIDERS:
-        try:
-            mod = importlib.import_module(f"tuner.knobs.{mod_name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"tuner.knobs.{mod_name}":
-                continue  # provider not written yet
-            raise
+        mod = importlib.import_module(f"tuner.knobs.{mod_name}")  # a stale name fails loudly
         try:
             found = mod.discover(host)
         except Exception as e:  # an interface that is not there is not an error for the host

@@ -13,7 +13,7 @@ _REGISTRY: dict[str, str] = {
     "coordinate": "tuner.proposers.classic:CoordinateProposer",
     "optuna": "tuner.proposers.optuna_tpe:OptunaProposer",
     "tpe": "tuner.proposers.optuna_tpe:OptunaProposer",
-    "llm": "tuner.proposers.llm:LLMProposer",
+    "llm": "tuner.proposers.llm.proposer:LLMProposer",
 }
 
 

@@ -1,7 +1,6 @@
 """`metaltune sim init`: lay out a simulated host in a folder (layout: docs/INTERNALS.md)."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import random
@@ -81,14 +80,10 @@ def init_host(root: str | os.PathLike[str], sku_name: str = "h200", vm: bool = F
             st.add_kmsg(s, line, level=6)
     (root / "bin").mkdir(exist_ok=True)
     (root / "etc" / "modprobe.d").mkdir(parents=True, exist_ok=True)
-    try:  # CPU/OS tree and BMC belong to issue 4's module
-        ostree = importlib.import_module("tuner.sim.ostree") if os_tree else None
-    except ModuleNotFoundError as e:
-        if e.name != "tuner.sim.ostree":
-            raise
-    else:
-        if ostree is not None:
-            ostree.build(root, sku.name, vm)
+    if os_tree:  # the CPU/OS tree and the BMC
+        from tuner.sim import ostree
+
+        ostree.build(root, sku.name, vm)
     # host.json last: it marks a complete host
     atomic_write(root / "host.json", json.dumps({
         "sku": sku.name, "vm": vm, "seed": seed, "gpus": gpus, "created": now,

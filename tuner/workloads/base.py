@@ -3,7 +3,7 @@
 A workload measures something where higher is better (tokens/s, requests/s) and returns a
 `tuner.trial.Measurement`: the headline value (median of repeats), the repeats themselves, and for
 workloads with several sizes (context lengths, batch sizes) the per-size medians, so the keep rule
-can refuse a candidate that trades one size for another (tuner.holistic).
+can refuse a candidate that trades one size for another (tuner.search.keep).
 
 Multi-size headline: the geometric mean over sizes of each repeat's per-size values. A geometric
 mean weighs a 10% change at any size the same, whatever that size's absolute tokens/s.
@@ -11,8 +11,7 @@ mean weighs a 10% change at any size the same, whatever that size's absolute tok
 from __future__ import annotations
 
 import statistics
-from abc import ABC, abstractmethod
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from tuner.trial import Measurement
 from tuner.workloads.stats import geomean, rel_spread
@@ -20,18 +19,22 @@ from tuner.workloads.stats import geomean, rel_spread
 __all__ = ["Workload", "geomean", "rel_spread", "summarize"]
 
 
-class Workload(ABC):
+@runtime_checkable
+class Workload(Protocol):
     """Something that measures. Runtime settings of a candidate (Candidate.runtime, e.g.
-    {"cuda_graphs": false}) are handed to `configure` before `measure`."""
+    {"cuda_graphs": false}) are handed to `configure` before `measure`.
+
+    A protocol, so a workload need not import this module to be one: llama.py stays free of
+    pydantic (it also runs on bare GPU machines) and satisfies it as it is."""
 
     name: str = "workload"
 
-    def configure(self, runtime: Mapping[str, Any]) -> None:  # noqa: B027 (optional hook)
+    def configure(self, runtime: Mapping[str, Any]) -> None:
         """Apply a candidate's runtime settings; workloads without any ignore them."""
 
-    @abstractmethod
     def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Measurement:
         """Run `repeats` times; return the metric with its samples (and per-size results)."""
+        ...
 
 
 def summarize(metric: str, unit: str, per_size_samples: Mapping[str, Sequence[float]],
@@ -55,13 +58,3 @@ def summarize(metric: str, unit: str, per_size_samples: Mapping[str, Sequence[fl
         per_size={k: statistics.median(v) for k, v in per_size_samples.items()}, extra=ex,
     )
 
-
-def _register_builtin() -> None:
-    # llama.py stays free of pydantic (it also runs on bare GPU machines), so it cannot
-    # subclass Workload; it is registered as a virtual subclass instead
-    from tuner.workloads.llama import LlamaWorkload
-
-    Workload.register(LlamaWorkload)
-
-
-_register_builtin()

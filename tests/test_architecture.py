@@ -1,0 +1,263 @@
+"""The layering DESIGN.md promises, read from the project's own source with `ast`:
+
+- no import cycle between project modules (function-level imports count: a cycle that only
+  closes inside a function is still two modules that cannot be understood apart);
+- `safety/` and `kernelsearch/` import nothing from `tuner` (they stand alone);
+- nothing outside `tuner/cli/` imports the CLI (the entry point `tuner/__main__.py` aside).
+
+Imports under `if TYPE_CHECKING:` never run and are left out; relative imports are resolved.
+Dynamic imports (`importlib.import_module` of a name from a table) are not seen here; the tables
+themselves fail loudly on a stale name (tests/test_architecture.py::test_module_tables_resolve).
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("tuner", "safety", "kernelsearch")
+#: the one module above the CLI: `python -m tuner`
+CLI_ENTRY_POINTS = {"tuner.__main__"}
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    return {module_name(root, p): p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, except those under `if TYPE_CHECKING:`."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imports_of(name: str, path: Path, modules: set[str]) -> list[tuple[str, int]]:
+    """(imported project module, line) for each import in the file at `path` (module `name`)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    out: list[tuple[str, int]] = []
+
+    def resolve(dotted: str) -> str | None:
+        # the longest prefix that is a project module: `import tuner.search.loop` -> tuner.search.loop
+        parts = dotted.split(".")
+        while parts:
+            cand = ".".join(parts)
+            if cand in modules:
+                return cand
+            parts.pop()
+        return None
+
+    for node in _import_nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if (m := resolve(alias.name)) is not None:
+                    out.append((m, node.lineno))
+            continue
+        if node.level:
+            base = name.split(".") if is_pkg else name.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            src = ".".join(base + ([node.module] if node.module else []))
+        else:
+            src = node.module or ""
+        for alias in node.names:
+            # `from pkg import sub` imports the submodule when there is one
+            m = resolve(f"{src}.{alias.name}") if f"{src}.{alias.name}" in modules else resolve(src)
+            if m is not None:
+                out.append((m, node.lineno))
+    return out
+
+
+def import_graph(root: Path = ROOT) -> tuple[dict[str, set[str]], dict[tuple[str, str], str]]:
+    mods = project_modules(root)
+    names = set(mods)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    where: dict[tuple[str, str], str] = {}
+    for m, p in mods.items():
+        for dep, line in imports_of(m, p, names):
+            if dep != m:
+                graph[m].add(dep)
+                where.setdefault((m, dep), f"{p.relative_to(root)}:{line}")
+    return graph, where
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def _cycle_path(comp: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """One concrete loop through a component, for the failure message."""
+    members = set(comp)
+    path = [comp[0]]
+    seen = {comp[0]}
+    while True:
+        nxt = sorted(d for d in graph[path[-1]] if d in members)
+        back = [d for d in nxt if d == comp[0]]
+        if back and len(path) > 1:
+            return path + [comp[0]]
+        fresh = [d for d in nxt if d not in seen]
+        if not fresh:
+            return path + [nxt[0]] if nxt else path
+        path.append(fresh[0])
+        seen.add(fresh[0])
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    graph, where = import_graph(root)
+    problems: list[str] = []
+    for comp in cycles(graph):
+        loop = _cycle_path(comp, graph)
+        steps = ", ".join(f"{a} -> {b} ({where[(a, b)]})" for a, b in zip(loop, loop[1:]) if (a, b) in where)
+        problems.append(f"import cycle among {', '.join(comp)}: {steps}")
+    for m, deps in sorted(graph.items()):
+        top = m.split(".")[0]
+        for d in sorted(deps):
+            if top in ("safety", "kernelsearch") and d.split(".")[0] == "tuner":
+                problems.append(f"{m} imports {d} ({where[(m, d)]}): {top} must not import tuner")
+            if top == "safety" and d.split(".")[0] == "kernelsearch":
+                problems.append(f"{m} imports {d} ({where[(m, d)]}): safety must not import kernelsearch")
+            if (d == "tuner.cli" or d.startswith("tuner.cli.")) and not (
+                    m == "tuner.cli" or m.startswith("tuner.cli.") or m in CLI_ENTRY_POINTS):
+                problems.append(f"{m} imports {d} ({where[(m, d)]}): only the CLI imports the CLI")
+    return problems
+
+
+def test_the_project_imports_point_downwards_only():
+    problems = violations()
+    assert not problems, "\n".join(problems)
+
+
+# -- the checker itself finds what it is meant to find -------------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").touch()
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        for parent in p.relative_to(tmp_path).parents:
+            if str(parent) != ".":
+                (tmp_path / parent / "__init__.py").touch()
+        p.write_text(text)
+    return tmp_path
+
+
+def test_a_cycle_closed_inside_a_function_through_a_relative_import_is_found(tmp_path):
+    root = _tree(tmp_path, {
+        "tuner/ops.py": "def invoke():\n    from tuner.daemon.client import try_call\n",
+        "tuner/daemon/client.py": "def socket_path():\n    from ..ops import run_dir\n",
+    })
+    (msg,) = violations(root)
+    assert "import cycle among tuner.daemon.client, tuner.ops" in msg
+    assert "tuner/daemon/client.py:2" in msg
+
+
+def test_type_checking_imports_and_plain_downward_imports_are_not_cycles(tmp_path):
+    root = _tree(tmp_path, {
+        "tuner/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tuner import b\n",
+        "tuner/b.py": "import tuner.a\nfrom . import a\n",
+    })
+    assert violations(root) == []
+
+
+def test_layer_breaks_are_found(tmp_path):
+    root = _tree(tmp_path, {
+        "tuner/cli/__init__.py": "from tuner.ops import x\n",
+        "tuner/ops.py": "x = 1\n",
+        "tuner/daemon/service.py": "def settings():\n    from tuner.cli import Settings\n",
+        "tuner/__main__.py": "from tuner.cli import main\n",
+        "safety/journal.py": "import tuner.errors\n",
+        "kernelsearch/guard.py": "from tuner import trial\n",
+        "tuner/errors.py": "", "tuner/trial.py": "",
+    })
+    got = violations(root)
+    assert len(got) == 3, got
+    assert any("tuner.daemon.service imports tuner.cli" in g for g in got)
+    assert any("safety.journal imports tuner.errors" in g for g in got)
+    assert any("kernelsearch.guard imports tuner.trial" in g for g in got)
+
+
+# -- the module tables name modules that exist ----------------------------------------------------
+
+def _tables() -> list[str]:
+    from tuner import ops
+    from tuner.cli import MODULES
+    from tuner.knobs.registry import PROVIDERS
+    from tuner.ops.safety import knob_factory
+    from tuner.proposers import _REGISTRY
+
+    watchdog_spec, _ = knob_factory(SimpleNamespace(backend="real", root=Path("/")))
+    return [*ops.OP_MODULES, *(f"tuner.cli.{m}" for m in MODULES),
+            *(f"tuner.knobs.{p}" for p in PROVIDERS), *_REGISTRY.values(), watchdog_spec]
+
+
+@pytest.mark.parametrize("spec", _tables())
+def test_module_tables_resolve(spec):
+    mod, _, attr = spec.partition(":")
+    assert importlib.util.find_spec(mod) is not None, f"{spec}: no module {mod}"
+    if attr:
+        assert hasattr(importlib.import_module(mod), attr), f"{spec}: {mod} has no {attr}"

@@ -1,0 +1,29 @@
+"""What every command module uses: the Settings of this invocation and `invoke`, which runs an
+operation through the daemon when one is running, else in this process."""
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from tuner.ops.settings import Settings
+
+
+def settings(ctx: typer.Context) -> Settings:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, Settings)
+    return obj
+
+
+def invoke(settings: Settings, name: str, **kwargs: Any) -> dict[str, Any]:
+    """Run operation `name` through the daemon when one is running (its control socket exists
+    under the run dir: the daemon holds the writer lock and the monitors), else locally."""
+    from tuner import ops
+
+    if not kwargs.pop("local", False):
+        from tuner.daemon.client import try_call
+
+        res = try_call(name, kwargs)
+        if res is not None:
+            return res
+    return ops.get(name)(settings, **kwargs)

@@ -1,0 +1,23 @@
+"""Settings: what every operation is run with (the common command-line options, or the daemon's
+config): where the state lives and which host to open."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class Settings:
+    state_dir: Path
+    backend: Optional[str]
+    sim_root: Optional[Path]
+
+    def host(self, dry_run: bool = False):
+        from tuner.host import open_host
+
+        return open_host(self.backend, self.sim_root, dry_run=dry_run)
+
+    def ensure_state_dir(self) -> Path:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self.state_dir

@@ -1,0 +1,313 @@
+"""Evaluate a mixed candidate: host knob changes, kernel choices and runtime settings judged as
+one change against one incumbent (host state + dispatch table + runtime).
+
+Routing by content, cheapest first:
+- host knobs: the host gates (known, domain, quarantine, duplicate, policy), then applied inside
+  a safety transaction (monitors polled after every candidate sample; an incident rolls back and
+  quarantines) exactly as `HostEvaluator` does, through its pieces;
+- kernel choices: kernelsearch's judge (guard -> correctness -> timing) before anything is
+  applied; a rejection is the trial's verdict with the harness's code. Accepted choices go into
+  the workload's dispatch table only for the candidate's side of the A/B;
+- runtime settings: validated as `RuntimeEvaluator` does, applied with `workload.configure`.
+Then ONE interleaved A/B (ABBA) of the holistic workload, incumbent against candidate, and the
+per-size keep rule (`tuner.search.keep.gate`; micro-benchmark gain: the runtime's isolated first-step
+time or the kernels' harness speedup, so a micro win that loses end to end is `holistic_lost`).
+Kept: the transaction is confirmed and the incumbent (host, table, runtime) moves. Anything else:
+the transaction rolls the host back, and the table and runtime are restored.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from tuner.errors import WorkloadFailed, WorkloadHang
+from tuner.search import gates as G
+from tuner.search import keep
+from tuner.search.host.evaluator import HostEvaluator
+from tuner.search.mixed.space import TORCH, JointSpace
+from tuner.search.runtime import RuntimeEvaluator
+from tuner.trial import Candidate, GateResult, KernelChoice, Measurement, Trial
+from tuner.workloads.stats import geomean
+
+
+def dispatch_changed(workload: Any) -> None:
+    """The installed dispatch table changed: runners captured as CUDA graphs (or compiled) hold
+    the old table's kernels, and the workload's output check was made against the old table."""
+    hook = getattr(workload, "dispatch_changed", None)  # workloads without kernels have none
+    if callable(hook):
+        hook()
+
+
+MICRO_WIN = 0.1  # a first-step speed-up smaller than this is not called a micro-benchmark win
+
+
+def first_step_gain(workload: Any, incumbent: dict[str, Any], candidate: dict[str, Any],
+                    n: int = 5) -> Optional[float]:
+    """The isolated micro-benchmark a runtime change could be judged by (time to the first decode
+    step, setup included): best incumbent time / best candidate time - 1, counted only above
+    MICRO_WIN (below it: 0, noise rather than a micro win). None without such a benchmark."""
+    fn = getattr(workload, "first_step_s", None)
+    if fn is None:
+        return None
+    try:
+        workload.configure(candidate)
+        t_c = [fn() for _ in range(n)]
+    finally:
+        workload.configure(incumbent)
+    t_i = [fn() for _ in range(n)]
+    gain = min(t_i) / min(t_c) - 1.0 if min(t_c) > 0 else 0.0
+    return gain if gain > MICRO_WIN else 0.0
+
+
+def all_kernels(c: Candidate) -> list[KernelChoice]:
+    return list(c.kernels) + ([c.kernel] if c.kernel is not None else [])
+
+
+@dataclass
+class MixedEvaluator:
+    host: HostEvaluator  # knobs, safety context, host incumbent (= joint.incumbent.host)
+    runtime: RuntimeEvaluator  # workload, runtime incumbent (= joint.incumbent.runtime), rounds, repeats
+    joint: JointSpace
+    device: str = "cpu"
+    isolate: Optional[bool] = None  # judge in a child process; None: on a GPU and for sources
+    judge_timeout_s: float = 300.0
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # judged once per choice
+    _table_key: Optional[str] = field(default=None, init=False, repr=False)  # installed table
+
+    def __post_init__(self) -> None:
+        inc = self.joint.incumbent
+        assert self.host.incumbent is inc.host and self.runtime.incumbent is inc.runtime, \
+            "the evaluators must share the joint incumbent's dicts"
+
+    @property
+    def workload(self) -> Any:
+        return self.runtime.workload
+
+    # -- gates ---------------------------------------------------------------------------------
+    def gates(self) -> list[G.Gate]:
+        h = self.host
+        return [
+            G.known_knobs(h.knobs),
+            self._kernels_known,
+            self._runtime_valid,
+            G.domain(h.knobs),
+            G.not_in(h.safety.quarantined_keys, "quarantined", "quarantine"),
+            G.not_in(lambda: h.seen, "duplicate", "duplicate"),
+            self._changes_something,
+            G.policy(h.safety.policy_check_for(h.knobs), lambda: dict(h.incumbent)),
+        ]
+
+    def _kernels_known(self, c: Candidate) -> GateResult:
+        from kernelsearch.families import NAMES, get
+
+        for k in all_kernels(c):
+            if k.family not in NAMES:
+                return GateResult(gate="known", passed=False, code="out_of_domain",
+                                  detail=f"unknown kernel family {k.family!r}")
+            if k.source:
+                continue  # judged from its source
+            s = self.joint.by_bucket.get((k.family, k.shape_bucket or ""))
+            if s is None:
+                return GateResult(gate="known", passed=False, code="out_of_domain",
+                                  detail=f"no kernel slot {k.family} {k.shape_bucket}; this "
+                                         f"workload calls: {', '.join(x.name for x in self.joint.slots) or 'none'}")
+            if k.variant is not None and (k.variant, k.config) not in get(k.family).space(s.shape):
+                return GateResult(gate="known", passed=False, code="out_of_domain",
+                                  detail=f"{k.family} {k.variant} {k.config} is not a valid "
+                                         f"config at {s.bucket}")
+        return GateResult(gate="known", passed=True)
+
+    def _runtime_valid(self, c: Candidate) -> GateResult:
+        """The merged runtime must be a valid Runtime (RuntimeEvaluator's gate); a workload with
+        no runtime at all cannot take runtime settings (they would be measured as no-ops)."""
+        if c.runtime and self.runtime.validate is None and not hasattr(self.workload, "configure"):
+            return GateResult(gate="domain", passed=False, code="out_of_domain",
+                              detail=f"runtime {sorted(c.runtime)}: this workload has no runtime settings")
+        return self.runtime._valid(c)
+
+    def _changes(self, c: Candidate) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+        inc = self.joint.incumbent
+        rt = {k: v for k, v in c.runtime.items() if inc.runtime.get(k) != v}
+        shipped = Candidate(kernels=[k for k in all_kernels(c) if not k.source])
+        return self.host.changes(c), rt, self.joint.kernel_changes(shipped)
+
+    def _changes_something(self, c: Candidate) -> GateResult:
+        if not any(self._changes(c)) and not any(k.source for k in all_kernels(c)):
+            return GateResult(gate="duplicate", passed=False, code="duplicate",
+                              detail="same host, runtime and kernels as the incumbent")
+        return GateResult(gate="duplicate", passed=True)
+
+    # -- the kernel judge ------------------------------------------------------------------------
+    def judge(self, k: KernelChoice, shape: Optional[tuple[int, ...]], dtype: Optional[str]) -> dict[str, Any]:
+        key = json.dumps([k.family, dtype, shape, k.variant, k.config, k.source], sort_keys=True)
+        if key not in self.verdicts:
+            iso = self.isolate if self.isolate is not None else self.device != "cpu"
+            if k.source is None:
+                from tuner.search.kernel import harness_evaluator
+
+                assert shape is not None and k.variant is not None
+                ev = harness_evaluator(k.family, shape, self.device, dtype=dtype,
+                                       isolate=iso, timeout_s=self.judge_timeout_s)
+                self.verdicts[key] = ev(k.variant, k.config)
+            else:  # written by a proposer: always in a child process
+                from kernelsearch.harness import check
+
+                v = check(k.family, k.source, k.config, device=self.device, isolate=True,
+                          timeout_s=self.judge_timeout_s)
+                t = next(iter(v.timings.values()), {})
+                self.verdicts[key] = {"code": v.code, "stage": v.stage, "rule": v.rule,
+                                      "detail": v.detail,
+                                      "speedup_vs_torch": t.get("speedup_vs_torch")}
+        return self.verdicts[key]
+
+    def _judge_all(self, c: Candidate, kern: dict[str, str], trial: Trial) -> Optional[list[dict]]:
+        """Judge every new kernel; None after a rejection (recorded on the trial)."""
+        judged = []
+        todo: list[tuple[str, KernelChoice, Any, Any]] = []
+        for name, value in kern.items():
+            if value != TORCH:
+                s = self.joint.slot(name)
+                todo.append((name, s.choice(value), s.shape, s.dtype))
+        todo += [(f"source:{k.family}", k, None, None) for k in all_kernels(c) if k.source]
+        for name, k, shape, dtype in todo:
+            t0 = time.perf_counter()
+            r = self.judge(k, shape, dtype)  # cached: a choice is judged once per run
+            ok = r["code"] == "accepted"
+            trial.gates.append(GateResult(
+                gate=r.get("stage") or "harness", passed=ok, code=None if ok else r["code"],
+                seconds=time.perf_counter() - t0,
+                detail=f"{name} {k.variant}: " + (", ".join(r.get("checks", []))[:300] if ok else
+                                                  f"{r.get('rule', '')}: {r.get('detail', '')}"[:500])))
+            trial.measurements.setdefault("kernels", {})[name] = {
+                k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "seconds")}
+            if not ok:
+                trial.reason = r["code"]
+                return None
+            if k.source:  # accepted, but a dispatch table names only shipped variants
+                trial.reason = "not_installable"
+                trial.gates.append(GateResult(gate="install", passed=False, code="not_installable",
+                                              detail=f"{name}: passed the judge; a dispatch table "
+                                                     "can name only kernelsearch's shipped variants"))
+                return None
+            judged.append(r)
+        return judged
+
+    # -- measurement -----------------------------------------------------------------------------
+    def _use(self, table: Any) -> None:
+        from kernelsearch import dispatch
+
+        key = json.dumps(table.to_dict(), sort_keys=True, default=str)
+        if key != self._table_key:
+            dispatch.install(table)
+            dispatch_changed(self.workload)
+            self._table_key = key
+
+    def _measure(self, runtime: dict[str, Any]) -> Measurement:
+        if hasattr(self.workload, "configure"):
+            self.workload.configure(runtime)
+        return self.workload.measure(repeats=self.runtime.repeats, timeout_s=self.host.timeout_s)
+
+    def incumbent_table(self) -> Any:
+        return self.joint.incumbent.table(slots=self.joint.slots)
+
+    def measure_incumbent(self) -> Measurement:
+        self._use(self.incumbent_table())
+        return self._measure(self.joint.incumbent.runtime)
+
+    def _micro(self, rt: dict[str, Any], judged: list[dict]) -> Optional[float]:
+        gains = []
+        if rt and self.runtime.micro is not None:
+            g = self.runtime.micro(Candidate(runtime=rt))
+            if g is not None:
+                gains.append(g)
+        sp = [r["speedup_vs_torch"] for r in judged if r.get("speedup_vs_torch")]
+        if sp:
+            gains.append(geomean(sp) - 1.0)
+        return max(gains) if gains else None
+
+    # -- one trial -------------------------------------------------------------------------------
+    def evaluate(self, c: Candidate, trial: Trial) -> Trial:
+        h, inc = self.host, self.joint.incumbent
+        h.seen.add(c.key())
+        knobs, rt, kern = self._changes(c)
+        sources = [k.family for k in all_kernels(c) if k.source]
+        trial.measurements["changed"] = {
+            "kinds": [kind for kind, v in (("host", knobs), ("runtime", rt),
+                                           ("kernel", kern or sources)) if v],
+            "host": knobs, "runtime": rt, "kernels": kern, "kernel_sources": sources}
+        judged = self._judge_all(c, kern, trial)
+        if judged is None:
+            return trial  # rejected by the harness before anything was applied
+        micro = self._micro(rt, judged)
+        before = {n: inc.host[n] for n in knobs}
+        txn = h.begin(knobs, trial, c.key())
+        if txn is None:
+            return trial
+        side_a = (self.incumbent_table(), dict(inc.runtime))
+        side_b = (inc.table({**inc.kernels, **kern}, self.joint.slots), {**inc.runtime, **rt})
+        a: list[Measurement] = []
+        b: list[Measurement] = []
+        kept = False
+        try:
+            self._pairs(txn, knobs, before, side_a, side_b, a, b, micro)
+            keep.gate(a, b, tolerance=self.runtime.tolerance, micro_gain=micro, trial=trial)
+            if trial.verdict == "kept":
+                txn.confirm()  # polls the monitors once more: an incident now still rolls back
+                kept = True
+            else:
+                txn.rollback(trial.reason)
+        except WorkloadHang as e:
+            txn.rollback(f"hang: {e}")
+            h.safety.quarantine(c.key(), "hang")
+            h._rolled_back(trial, {"type": "hang", "reason": "instability_hang", "detail": str(e)}, b)
+        except WorkloadFailed as e:
+            txn.rollback(f"measure failed: {e}")
+            code = "incorrect" if "differ from the plain torch path" in str(e) else "measure_failed"
+            trial.verdict, trial.reason = "rejected", code
+            trial.gates.append(GateResult(gate="measure", passed=False, code=code, detail=str(e)[:500]))
+        except h.safety.Instability as e:  # the transaction already rolled the host back
+            h._rolled_back(trial, h.safety.incident_dict(e), b)
+        except h.safety.ProbationExpired as e:  # the watchdog got there first
+            h._rolled_back(trial, {"type": "deadline", "reason": "probation_expired",
+                                   "detail": str(e)}, b)
+        finally:
+            if kept:
+                inc.host.update(knobs)
+                inc.runtime.update(rt)
+                inc.kernels.update(kern)
+            elif getattr(txn, "state", None) == "probation":  # left by an unexpected error
+                txn.rollback("left without a verdict")
+            self._use(self.incumbent_table())  # the kept candidate's, or the old incumbent's
+            if hasattr(self.workload, "configure"):
+                self.workload.configure(inc.runtime)
+        return trial
+
+    def _pairs(self, txn: Any, host_b: dict[str, Any], host_a: dict[str, Any],
+               side_a: tuple[Any, dict[str, Any]], side_b: tuple[Any, dict[str, Any]],
+               a: list[Measurement], b: list[Measurement], micro: Optional[float]) -> None:
+        """Interleaved pairs in ABBA order, `runtime.rounds` of them; a clear loser (the keep
+        rule already says holistic_lost, size_regressed or worse: the two sides' repeats do not
+        even overlap) stops early, as sequential testing does. The last sample is the
+        candidate's, so the monitors judge the candidate (as HostEvaluator does)."""
+
+        def sample(side: str) -> None:
+            self.host._set(host_b if side == "b" else host_a)
+            table, rt = side_b if side == "b" else side_a
+            self._use(table)
+            (b if side == "b" else a).append(self._measure(rt))
+            if side == "b":  # the incumbent's own state is not this change's doing
+                txn.check()  # raises safety's Instability after rolling back
+
+        last = "a"
+        for i in range(self.runtime.rounds):
+            for side in (("a", "b") if i % 2 == 0 else ("b", "a")):
+                sample(side)
+                last = side
+            if i + 1 < self.runtime.rounds:
+                _, reason, _ = keep.decide_sizes(a, b, self.runtime.tolerance, micro)
+                if reason in ("holistic_lost", "size_regressed", "worse"):
+                    break
+        if last == "a":
+            sample("b")
