@@ -3,6 +3,7 @@ and the cost of one measurement on a simulated host)."""
 from __future__ import annotations
 
 from tuner.sim import model
+from tuner.sim.skus import SKUS
 
 
 def _main() -> None:
@@ -16,7 +17,7 @@ def _main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    rows = [model.summary(n, a.seed) for n in model.SKUS]
+    rows = [model.summary(n, a.seed) for n in SKUS]
     from tuner.sim.hostinit import init_host
     from tuner.sim.workload import SimWorkload
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.sim.skus import SKUS, Sku, get_sku
+from tuner.sim.skus import Sku, get_sku
 
 # NVML clocks event reason bits (pynvml.nvmlClocksEventReason*)
 GPU_IDLE = 0x1
