@@ -2,6 +2,7 @@
 stand in for the GPU's, see tuner.workloads.llama) and on constructed measurements."""
 import pytest
 
+from tuner.search.ab import AB
 from tuner.search.keep import decide_sizes, gate
 from tuner.trial import Candidate, Measurement, Trial
 from tuner.workloads.llama import LlamaWorkload
@@ -14,13 +15,14 @@ EMU = {"emulate_launch_us": 100.0, "emulate_capture_us": 50000.0}
 
 
 def ab(wl, inc_rt, cand_rt, rounds=3, repeats=3):
-    """Interleaved A/B: incumbent and candidate alternate so drift hits both alike."""
-    a, b = [], []
-    for i in range(rounds):
-        for side in (("a", "b") if i % 2 == 0 else ("b", "a")):
-            wl.configure(inc_rt if side == "a" else cand_rt)
-            (a if side == "a" else b).append(wl.measure(repeats=repeats))
-    return a, b
+    """Interleaved A/B (tuner.search.ab): incumbent and candidate alternate so drift hits both alike."""
+
+    def measure(side):
+        wl.configure(inc_rt if side == "a" else cand_rt)
+        return wl.measure(repeats=repeats)
+
+    run = AB().run(measure, rounds)
+    return run.a, run.b
 
 
 def test_graphs_off_wins_the_micro_benchmark_but_is_rejected_end_to_end():

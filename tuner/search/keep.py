@@ -107,6 +107,20 @@ def decide(
     return Decision("reverted", "within_noise", gain, threshold, stats)
 
 
+def decide_time(time_s: float, incumbent_s: Optional[float],
+                ratio_band: Optional[Sequence[float]] = None) -> tuple[str, str]:
+    """The keep rule for one kernel config timed by kernelsearch's harness: (verdict, reason).
+
+    Kept ("improved") only when faster than the incumbent config and, where the harness A/B'd
+    the two on the same inputs (interleaved rounds), the per-round incumbent/candidate time
+    ratios' band ([p25, p75]) lies wholly above 1: faster beyond the spread, the separation
+    `decide_sizes` asks of two sides' repeats. Faster inside the spread: "within_noise"."""
+    faster = incumbent_s is None or time_s < incumbent_s
+    if faster and (ratio_band is None or ratio_band[0] > 1.0):
+        return "kept", "improved"
+    return ("reverted", "within_noise") if faster else ("reverted", "worse")
+
+
 def pool(measurements: list[Measurement]) -> Optional[Measurement]:
     """Join repeated measurements of one side into one (samples concatenated, per-size medians)."""
     if not measurements:

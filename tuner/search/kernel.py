@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from tuner.errors import BadInput
 from tuner.proposers import make
 from tuner.proposers.base import Dim, Point, SearchSpace
+from tuner.search import keep
 from tuner.trial import Candidate, GateResult, KernelChoice, Trial
 
 Evaluate = Callable[[str, dict], dict]  # (variant, config) -> {"time_s"|None, "code", ...}
@@ -137,6 +138,96 @@ def replay_evaluator(grid: list[dict]) -> Evaluate:
     return evaluate
 
 
+class StartFirst:
+    """A proposer that first hands out one given candidate (the previous bucket's winner,
+    measured first for every proposer alike), then asks the wrapped one."""
+
+    def __init__(self, proposer: Any, first: Optional[Candidate]):
+        self.proposer, self.first = proposer, first
+
+    def ask(self) -> Candidate:
+        if self.first is not None:
+            c, self.first = self.first, None
+            return c
+        return self.proposer.ask()
+
+    def __getattr__(self, name: str) -> Any:  # tell, trial_cost, ...
+        return getattr(self.proposer, name)
+
+
+class KernelEvaluator:
+    """The loop's evaluator for one shape bucket: each distinct config measured once through
+    `evaluate` (after the first, A/B-ed against the incumbent config when the evaluation can),
+    judged by the keep rule for kernel timings (tuner.search.keep.decide_time). An invalid or
+    repeated point is recorded as a rejected trial and costs no measurement; a repeat still
+    carries its config's score, so samplers see the several points of one config alike."""
+
+    def __init__(self, space: SearchSpace, evaluate: Evaluate):
+        self.space, self.evaluate_config = space, evaluate
+        self.seen: dict[str, dict] = {}  # config key -> its evaluation
+        self.timed: list[tuple[str, dict, float]] = []  # (variant, config, time_s) measured
+        self.best: Optional[dict] = None
+        self.history: list[tuple[int, Optional[float]]] = []  # (configs measured, time_s) per ask
+
+    def gates(self) -> list[Any]:
+        return []  # domain and duplicates are decided in evaluate: a repeat keeps its score
+
+    def _measure(self, cand: Candidate) -> dict:
+        point = self.space.from_candidate(cand)
+        key = json.dumps([cand.kernel.variant, cand.kernel.config], sort_keys=True)
+        if not self.space.is_valid(point):
+            return {"time_s": None, "code": "out_of_domain", "detail": "invalid for this shape"}
+        if key in self.seen:
+            return dict(self.seen[key], code="duplicate")
+        if getattr(self.evaluate_config, "ab_incumbent", False) and self.best is not None:
+            # interleaved A/B against the incumbent config on the same inputs
+            res = self.evaluate_config(cand.kernel.variant, cand.kernel.config,
+                                       incumbent=(self.best["variant"], self.best["config"]))
+        else:
+            res = self.evaluate_config(cand.kernel.variant, cand.kernel.config)
+        self.seen[key] = res
+        return res
+
+    def evaluate(self, cand: Candidate, trial: Trial) -> Trial:
+        t0 = time.time()
+        res = self._measure(cand)
+        if res["code"] not in ("out_of_domain", "duplicate") and res.get("time_s"):
+            self.timed.append((cand.kernel.variant, cand.kernel.config, res["time_s"]))
+        measured = res.get("time_s")
+        best = self.best
+        objective = 1.0 / measured if measured else None
+        if measured is None:
+            verdict, reason = "rejected", res["code"] if res["code"] != "accepted" else "measure_failed"
+        elif res.get("code") == "duplicate":
+            verdict, reason = "rejected", "duplicate"
+        elif objective is None:  # a zero time: nothing to compare
+            verdict, reason = "reverted", "worse"
+        else:  # vs_incumbent: [p25, p75] of incumbent/candidate time per A/B round
+            verdict, reason = keep.decide_time(measured, best["time_s"] if best else None,
+                                               res.get("vs_incumbent"))
+        gates = [GateResult(gate="domain", passed=res["code"] != "out_of_domain",
+                            code=None if res["code"] != "out_of_domain" else "out_of_domain")]
+        if res["code"] not in ("out_of_domain", "duplicate"):
+            passed = res["code"] == "accepted"
+            gates.append(GateResult(gate=res.get("stage") or "harness", passed=passed,
+                                    code=None if passed else res["code"],
+                                    detail=(res.get("rule", "") + ": " + res.get("detail", ""))[:500]
+                                    if not passed else ", ".join(res.get("checks", []))[:500]))
+        trial.gates = gates
+        trial.measurements = {k: res.get(k) for k in ("time_s", "speedup_vs_torch", "timings")
+                              if res.get(k) is not None}
+        trial.verdict, trial.reason, trial.objective = verdict, reason, objective  # type: ignore[assignment]
+        trial.incumbent = 1.0 / best["time_s"] if best else None
+        trial.gain = (best["time_s"] / measured - 1) if best and measured else None
+        trial.duration_s = time.time() - t0
+        if verdict == "kept":
+            self.best = {"variant": cand.kernel.variant, "config": cand.kernel.config,
+                         "time_s": measured, "speedup_vs_torch": res.get("speedup_vs_torch"),
+                         "evaluations": len(self.seen)}
+        self.history.append((len(self.seen), measured))
+        return trial
+
+
 def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, budget: int,
                   seed: int = 0, store=None, run_id: str = "",
                   on_trial: Optional[Callable[[Trial], None]] = None,
@@ -144,12 +235,14 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
                   variants: Optional[list[str]] = None,
                   prior: Optional[list[tuple[str, dict, float]]] = None,
                   configs: Optional[list[tuple[str, dict]]] = None) -> dict:
-    """Ask/evaluate/tell until `budget` distinct configs were measured (invalid or duplicate
-    asks are recorded but cost no measurement). `start` (the previous bucket's winner) is
-    measured first, for every proposer alike; `prior` (the previous bucket's measured
-    (variant, config, time_s)) goes to the proposer's warm start, which only model-based
-    proposers use. `configs` limits the space to these configs (see `kernel_space`). Returns
-    the best, the history and every measured config."""
+    """The search loop (tuner.search.loop) until `budget` distinct configs were measured
+    (invalid or duplicate asks are recorded but cost no measurement; at most 20 asks per
+    measurement). `start` (the previous bucket's winner) is measured first, for every proposer
+    alike; `prior` (the previous bucket's measured (variant, config, time_s)) goes to the
+    proposer's warm start, which only model-based proposers use. `configs` limits the space to
+    these configs (see `kernel_space`). Returns the best, the history and every measured config."""
+    from tuner.search import loop
+
     space = kernel_space(family, shape, variants=variants, configs=configs)
     prop = make(proposer, space, seed=seed, budget=budget)
 
@@ -165,78 +258,15 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
         warm = [(p, 1.0 / t) for v, cfg, t in prior if t and (p := point_of(v, cfg)) is not None]
         if warm:
             prop.warm_start(warm)
-    seen: dict[str, dict] = {}
-    timed: list[tuple[str, dict, float]] = []
-    best: Optional[dict] = None
-    history = []
-    asks = 0
     first = None
     if start and (sp := point_of(*start)) is not None:
         first = space.to_candidate(sp)
         first.proposer = "start"
-    while len(seen) < budget and asks < budget * 20:
-        asks += 1
-        cand, first = (first, None) if first is not None else (prop.ask(), None)
-        point = space.from_candidate(cand)
-        key = json.dumps([cand.kernel.variant, cand.kernel.config], sort_keys=True)
-        t0 = time.time()
-        if not space.is_valid(point):
-            res = {"time_s": None, "code": "out_of_domain", "detail": "invalid for this shape"}
-        elif key in seen:
-            res = dict(seen[key], code="duplicate")
-        elif getattr(evaluate, "ab_incumbent", False) and best is not None:
-            # interleaved A/B against the incumbent config on the same inputs
-            res = evaluate(cand.kernel.variant, cand.kernel.config,
-                           incumbent=(best["variant"], best["config"]))
-            seen[key] = res
-        else:
-            res = evaluate(cand.kernel.variant, cand.kernel.config)
-            seen[key] = res
-        if res["code"] not in ("out_of_domain", "duplicate") and res.get("time_s"):
-            timed.append((cand.kernel.variant, cand.kernel.config, res["time_s"]))
-        measured = res.get("time_s")
-        objective = 1.0 / measured if measured else None
-        faster = objective is not None and res["code"] != "duplicate" and (
-            best is None or measured < best["time_s"])
-        spread = res.get("vs_incumbent")  # [p25, p75] of incumbent/candidate time per round
-        improved = faster and (spread is None or spread[0] > 1.0)
-        if measured is None:
-            verdict, reason = "rejected", res["code"] if res["code"] != "accepted" else "measure_failed"
-        elif res.get("code") == "duplicate":
-            verdict, reason = "rejected", "duplicate"
-        elif improved:
-            verdict, reason = "kept", "improved"
-        elif faster:
-            verdict, reason = "reverted", "within_noise"
-        else:
-            verdict, reason = "reverted", "worse"
-        gates = [GateResult(gate="domain", passed=res["code"] != "out_of_domain",
-                            code=None if res["code"] != "out_of_domain" else "out_of_domain")]
-        if res["code"] not in ("out_of_domain", "duplicate"):
-            passed = res["code"] == "accepted"
-            gates.append(GateResult(gate=res.get("stage") or "harness", passed=passed,
-                                    code=None if passed else res["code"],
-                                    detail=(res.get("rule", "") + ": " + res.get("detail", ""))[:500]
-                                    if not passed else ", ".join(res.get("checks", []))[:500]))
-        trial = Trial(run_id=run_id, number=asks, candidate=cand, gates=gates,
-                      measurements={k: res.get(k) for k in ("time_s", "speedup_vs_torch",
-                                                            "timings") if res.get(k) is not None},
-                      verdict=verdict, reason=reason, objective=objective,
-                      incumbent=1.0 / best["time_s"] if best else None,
-                      gain=(best["time_s"] / measured - 1) if best and measured else None,
-                      duration_s=time.time() - t0)
-        if improved:
-            best = {"variant": cand.kernel.variant, "config": cand.kernel.config,
-                    "time_s": measured, "speedup_vs_torch": res.get("speedup_vs_torch"),
-                    "evaluations": len(seen)}
-        if store is not None:
-            store.add(trial)
-        if on_trial:
-            on_trial(trial)
-        prop.tell(trial)
-        history.append((len(seen), measured))
-    return {"shape": list(shape), "best": best, "evaluations": len(seen), "asks": asks,
-            "history": history, "measured": timed}
+    ev = KernelEvaluator(space, evaluate)
+    res = loop.run(StartFirst(prop, first), ev, store, run_id, budget * 20, on_trial=on_trial,
+                   done=lambda: len(ev.seen) >= budget)
+    return {"shape": list(shape), "best": ev.best, "evaluations": len(ev.seen),
+            "asks": len(res.trials), "history": ev.history, "measured": ev.timed}
 
 
 def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: str = "optuna",

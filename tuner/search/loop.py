@@ -30,13 +30,14 @@ class LoopResult:
 def run(
     proposer: Proposer,
     evaluator: Evaluator,
-    store: TrialStore,
+    store: Optional[TrialStore],
     run_id: str,
     budget: int,
     on_trial: Optional[Callable[[Trial], None]] = None,
+    done: Optional[Callable[[], bool]] = None,  # an evaluator's own budget (e.g. distinct configs)
 ) -> LoopResult:
     result = LoopResult(run_id)
-    while len(result.trials) < budget:
+    while len(result.trials) < budget and not (done and done()):
         t0 = time.time()
         try:
             candidate, unusable = proposer.ask(), None
@@ -56,7 +57,8 @@ def run(
                 trial = evaluator.evaluate(candidate, trial)
         trial.duration_s = time.time() - t0
         trial.cost = proposer.trial_cost(trial)  # the LLM proposer's tokens and $; else {}
-        store.add(trial)
+        if store is not None:  # a replay keeps no store
+            store.add(trial)
         proposer.tell(trial)
         result.trials.append(trial)
         if on_trial:

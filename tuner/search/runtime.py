@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 from tuner.errors import WorkloadFailed, WorkloadHang
 from tuner.search import keep
+from tuner.search.ab import AB
 from tuner.search.gates import Gate
 from tuner.trial import Candidate, GateResult, Measurement, Trial
 
@@ -29,7 +30,7 @@ class RuntimeEvaluator:
     seen: set[str] = field(default_factory=set)
 
     def gates(self) -> list[Gate]:
-        return [self._runtime_only, self._valid, *self.extra_gates, self._fresh]
+        return [self._runtime_only, self.valid, *self.extra_gates, self._fresh]
 
     def _runtime_only(self, c: Candidate) -> GateResult:
         if c.kernel is not None:
@@ -37,7 +38,8 @@ class RuntimeEvaluator:
                               detail="a kernel candidate sent to the runtime evaluator")
         return GateResult(gate="known", passed=True)
 
-    def _valid(self, c: Candidate) -> GateResult:
+    def valid(self, c: Candidate) -> GateResult:
+        """The domain gate: the merged runtime passes `validate`."""
         if self.validate is not None:
             try:
                 self.validate({**self.incumbent, **c.runtime})
@@ -57,15 +59,9 @@ class RuntimeEvaluator:
         return self.workload.measure(repeats=self.repeats, timeout_s=self.timeout_s)
 
     def ab(self, cand_rt: dict[str, Any]) -> tuple[list[Measurement], list[Measurement]]:
-        a: list[Measurement] = []
-        b: list[Measurement] = []
-        for i in range(self.rounds):
-            for side in (("a", "b") if i % 2 == 0 else ("b", "a")):
-                if side == "a":
-                    a.append(self._measure(self.incumbent))
-                else:
-                    b.append(self._measure(cand_rt))
-        return a, b
+        """`rounds` pairs (tuner.search.ab), incumbent runtime against `cand_rt`."""
+        ab = AB().run(lambda side: self._measure(cand_rt if side == "b" else self.incumbent), self.rounds)
+        return ab.a, ab.b
 
     def evaluate(self, c: Candidate, trial: Trial) -> Trial:
         self.seen.add(c.key())

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional, Sequence
 
 from tuner.errors import OperationFailed, WorkloadFailed, WorkloadHang
 from tuner.knobs.base import Knob, values_equal
 from tuner.search import gates as G
 from tuner.search import keep
+from tuner.search.ab import AB
 from tuner.trial import Candidate, GateResult, Measurement, Trial
 
 
@@ -33,13 +34,16 @@ class HostEvaluator:
             self.incumbent = {n: k.read() for n, k in self.knobs.items()}
 
     # -- gates ---------------------------------------------------------------------------------
-    def gates(self) -> list[G.Gate]:
+    def gates(self, also_known: Sequence[G.Gate] = (), no_change: Optional[G.Gate] = None) -> list[G.Gate]:
+        """The host gates, cheapest first. An evaluator whose candidates carry more than knobs
+        (the mixed one) adds its own "known" gates and its own idea of "changes nothing"."""
         return [
             G.known_knobs(self.knobs),
+            *also_known,
             G.domain(self.knobs),
             G.not_in(self.safety.quarantined_keys, "quarantined", "quarantine"),
             G.not_in(lambda: self.seen, "duplicate", "duplicate"),
-            self._no_change_gate,
+            no_change or self._no_change_gate,
             G.policy(self.safety.policy_check_for(self.knobs), lambda: dict(self.incumbent)),
         ]
 
@@ -64,7 +68,8 @@ class HostEvaluator:
     def pooled_noise(self) -> float:
         return keep.rel_noise(self.noise_samples)
 
-    def _set(self, values: dict[str, Any]) -> None:
+    def set_values(self, values: dict[str, Any]) -> None:
+        """Write knob values (each knob reads back what it wrote)."""
         for n, v in values.items():
             self.knobs[n].apply(v)
 
@@ -89,54 +94,38 @@ class HostEvaluator:
         txn = self.begin(changes, trial, cand.key())
         if txn is None:
             return trial
-        a: list[Measurement] = []
-        b: list[Measurement] = []
+        ab = AB()  # `repeats` pairs; one that leads within the noise gets more (losers stop early)
         try:
-            self._measure_pairs(txn, changes, before, a, b)
-            return self._decide(trial, txn, changes, a, b)
+            ab.run(self._measure_side(changes, before), self.repeats, max_pairs=self.max_repeats,
+                   decided=self._decided, poll=txn.check)
+            return self._decide(trial, txn, changes, ab.a, ab.b)
         except WorkloadHang as e:
             txn.rollback(f"hang: {e}")
             self.safety.quarantine(cand.key(), "hang")
-            return self._rolled_back(trial, {"type": "hang", "reason": "instability_hang",
-                                             "detail": str(e)}, b)
+            return self.rolled_back(trial, {"type": "hang", "reason": "instability_hang",
+                                            "detail": str(e)}, ab.b)
         except WorkloadFailed as e:
             txn.rollback(f"measure failed: {e}")
             trial.reason = "measure_failed"
             trial.gates.append(GateResult(gate="measure", passed=False, code="measure_failed", detail=str(e)))
             return trial
         except self.safety.Instability as e:
-            return self._rolled_back(trial, self.safety.incident_dict(e), b)
+            return self.rolled_back(trial, self.safety.incident_dict(e), ab.b)
         except self.safety.ProbationExpired as e:  # the watchdog got there first
-            return self._rolled_back(trial, {"type": "deadline", "reason": "probation_expired",
-                                             "detail": str(e)}, b)
+            return self.rolled_back(trial, {"type": "deadline", "reason": "probation_expired",
+                                            "detail": str(e)}, ab.b)
 
-    def _measure_pairs(self, txn: Any, changes: dict[str, Any], before: dict[str, Any],
-                       a: list[Measurement], b: list[Measurement]) -> None:
-        """Interleaved A/B pairs in ABBA order (against drift). After `repeats` pairs, a
-        candidate that leads but not yet beyond the noise gets more pairs, up to
-        `max_repeats` (sequential testing: small true gains need more samples to show, losers
-        stop early). The host ends in the candidate's state, measured last, so the monitors
-        judge the candidate."""
+    def _measure_side(self, changes: dict[str, Any], before: dict[str, Any]) -> Callable[[str], Measurement]:
+        def measure(side: str) -> Measurement:
+            self.set_values(changes if side == "b" else before)
+            return self.workload.measure(repeats=1, timeout_s=self.timeout_s)
 
-        def sample(side: str) -> None:
-            self._set(changes if side == "b" else before)
-            m = self.workload.measure(repeats=1, timeout_s=self.timeout_s)
-            (b if side == "b" else a).append(m)
-            if side == "b":  # the incumbent's own state is not this change's doing
-                txn.check()  # raises safety's Instability after rolling back
+        return measure
 
-        pairs = 0
-        while True:
-            for side in (("a", "b") if pairs % 2 == 0 else ("b", "a")):
-                sample(side)
-            pairs += 1
-            if pairs < self.repeats:
-                continue
-            d = keep.decide(a, b, pooled_noise=self.pooled_noise, z=self.z)
-            if d.reason != "within_noise" or pairs >= self.max_repeats or d.stats["mean_log_ratio"] <= 0:
-                break
-        if pairs % 2 == 0:  # the last pair ended on the incumbent
-            sample("b")
+    def _decided(self, a: list[Measurement], b: list[Measurement]) -> bool:
+        """Beyond the noise either way, or not ahead: more pairs would not change the verdict."""
+        d = keep.decide(a, b, pooled_noise=self.pooled_noise, z=self.z)
+        return d.reason != "within_noise" or d.stats["mean_log_ratio"] <= 0
 
     def _decide(self, trial: Trial, txn: Any, changes: dict[str, Any],
                 a: list[Measurement], b: list[Measurement]) -> Trial:
@@ -157,7 +146,8 @@ class HostEvaluator:
         trial.verdict, trial.reason = d.verdict, d.reason  # type: ignore[assignment]
         return trial
 
-    def _rolled_back(self, trial: Trial, incident: dict[str, Any], b: list[Measurement]) -> Trial:
+    def rolled_back(self, trial: Trial, incident: dict[str, Any], b: list[Measurement]) -> Trial:
+        """Record an instability rollback on the trial (its candidate samples, if any, as the objective)."""
         trial.verdict = "rolled_back"
         trial.reason = incident.get("reason") or "instability_xid"
         trial.incident = incident

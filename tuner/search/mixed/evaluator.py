@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tuner.errors import WorkloadFailed, WorkloadHang
 from tuner.search import gates as G
 from tuner.search import keep
+from tuner.search.ab import AB
 from tuner.search.host.evaluator import HostEvaluator
 from tuner.search.mixed.space import TORCH, JointSpace
 from tuner.search.runtime import RuntimeEvaluator
@@ -87,17 +88,8 @@ class MixedEvaluator:
 
     # -- gates ---------------------------------------------------------------------------------
     def gates(self) -> list[G.Gate]:
-        h = self.host
-        return [
-            G.known_knobs(h.knobs),
-            self._kernels_known,
-            self._runtime_valid,
-            G.domain(h.knobs),
-            G.not_in(h.safety.quarantined_keys, "quarantined", "quarantine"),
-            G.not_in(lambda: h.seen, "duplicate", "duplicate"),
-            self._changes_something,
-            G.policy(h.safety.policy_check_for(h.knobs), lambda: dict(h.incumbent)),
-        ]
+        return self.host.gates(also_known=[self._kernels_known, self._runtime_valid],
+                               no_change=self._changes_something)
 
     def _kernels_known(self, c: Candidate) -> GateResult:
         from kernelsearch.families import NAMES, get
@@ -125,7 +117,7 @@ class MixedEvaluator:
         if c.runtime and self.runtime.validate is None and not hasattr(self.workload, "configure"):
             return GateResult(gate="domain", passed=False, code="out_of_domain",
                               detail=f"runtime {sorted(c.runtime)}: this workload has no runtime settings")
-        return self.runtime._valid(c)
+        return self.runtime.valid(c)
 
     def _changes(self, c: Candidate) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
         inc = self.joint.incumbent
@@ -247,12 +239,17 @@ class MixedEvaluator:
             return trial
         side_a = (self.incumbent_table(), dict(inc.runtime))
         side_b = (inc.table({**inc.kernels, **kern}, self.joint.slots), {**inc.runtime, **rt})
-        a: list[Measurement] = []
-        b: list[Measurement] = []
+        ab = AB()
         kept = False
         try:
-            self._pairs(txn, knobs, before, side_a, side_b, a, b, micro)
-            keep.gate(a, b, tolerance=self.runtime.tolerance, micro_gain=micro, trial=trial)
+            # `runtime.rounds` pairs; a clear loser (the keep rule already says holistic_lost,
+            # size_regressed or worse: the two sides' repeats do not even overlap) stops after
+            # any pair; the monitors are polled after every candidate sample
+            ab.run(self._measure_side(knobs, before, side_a, side_b), min(1, self.runtime.rounds),
+                   max_pairs=self.runtime.rounds, poll=txn.check,
+                   decided=lambda a, b: keep.decide_sizes(a, b, self.runtime.tolerance, micro)[1]
+                   in ("holistic_lost", "size_regressed", "worse"))
+            keep.gate(ab.a, ab.b, tolerance=self.runtime.tolerance, micro_gain=micro, trial=trial)
             if trial.verdict == "kept":
                 txn.confirm()  # polls the monitors once more: an incident now still rolls back
                 kept = True
@@ -261,17 +258,17 @@ class MixedEvaluator:
         except WorkloadHang as e:
             txn.rollback(f"hang: {e}")
             h.safety.quarantine(c.key(), "hang")
-            h._rolled_back(trial, {"type": "hang", "reason": "instability_hang", "detail": str(e)}, b)
+            h.rolled_back(trial, {"type": "hang", "reason": "instability_hang", "detail": str(e)}, ab.b)
         except WorkloadFailed as e:
             txn.rollback(f"measure failed: {e}")
             code = "incorrect" if "differ from the plain torch path" in str(e) else "measure_failed"
             trial.verdict, trial.reason = "rejected", code
             trial.gates.append(GateResult(gate="measure", passed=False, code=code, detail=str(e)[:500]))
         except h.safety.Instability as e:  # the transaction already rolled the host back
-            h._rolled_back(trial, h.safety.incident_dict(e), b)
+            h.rolled_back(trial, h.safety.incident_dict(e), ab.b)
         except h.safety.ProbationExpired as e:  # the watchdog got there first
-            h._rolled_back(trial, {"type": "deadline", "reason": "probation_expired",
-                                   "detail": str(e)}, b)
+            h.rolled_back(trial, {"type": "deadline", "reason": "probation_expired",
+                                  "detail": str(e)}, ab.b)
         finally:
             if kept:
                 inc.host.update(knobs)
@@ -284,30 +281,15 @@ class MixedEvaluator:
                 self.workload.configure(inc.runtime)
         return trial
 
-    def _pairs(self, txn: Any, host_b: dict[str, Any], host_a: dict[str, Any],
-               side_a: tuple[Any, dict[str, Any]], side_b: tuple[Any, dict[str, Any]],
-               a: list[Measurement], b: list[Measurement], micro: Optional[float]) -> None:
-        """Interleaved pairs in ABBA order, `runtime.rounds` of them; a clear loser (the keep
-        rule already says holistic_lost, size_regressed or worse: the two sides' repeats do not
-        even overlap) stops early, as sequential testing does. The last sample is the
-        candidate's, so the monitors judge the candidate (as HostEvaluator does)."""
+    def _measure_side(self, host_b: dict[str, Any], host_a: dict[str, Any],
+                      side_a: tuple[Any, dict[str, Any]],
+                      side_b: tuple[Any, dict[str, Any]]) -> Callable[[str], Measurement]:
+        """One side's whole state (host knobs, dispatch table, runtime), then one measurement."""
 
-        def sample(side: str) -> None:
-            self.host._set(host_b if side == "b" else host_a)
+        def measure(side: str) -> Measurement:
+            self.host.set_values(host_b if side == "b" else host_a)
             table, rt = side_b if side == "b" else side_a
             self._use(table)
-            (b if side == "b" else a).append(self._measure(rt))
-            if side == "b":  # the incumbent's own state is not this change's doing
-                txn.check()  # raises safety's Instability after rolling back
+            return self._measure(rt)
 
-        last = "a"
-        for i in range(self.runtime.rounds):
-            for side in (("a", "b") if i % 2 == 0 else ("b", "a")):
-                sample(side)
-                last = side
-            if i + 1 < self.runtime.rounds:
-                _, reason, _ = keep.decide_sizes(a, b, self.runtime.tolerance, micro)
-                if reason in ("holistic_lost", "size_regressed", "worse"):
-                    break
-        if last == "a":
-            sample("b")
+        return measure
