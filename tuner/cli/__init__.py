@@ -55,12 +55,14 @@ _register_all()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: maps MetaltuneError to its exit code with one clear line on stderr."""
+    """Entry point: maps every error a user can cause to its exit code and one line on stderr."""
+    from safety.errors import SafetyError
+
     try:
         rc = app(args=argv, prog_name="metaltune", standalone_mode=False)
-        if isinstance(rc, int) and rc:  # click returns typer.Exit(n)'s code in this mode
+        if isinstance(rc, int) and rc:  # typer returns typer.Exit(n)'s code in this mode
             return rc
-    except MetaltuneError as e:
+    except (MetaltuneError, SafetyError) as e:  # safety's errors carry their own exit code too
         print(f"metaltune: error: {e}", file=sys.stderr)
         return e.exit_code
     except typer.Exit as e:
@@ -70,18 +72,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # click usage errors; safety's errors carry their own exit code
-        import click
-        from safety.errors import SafetyError
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, SafetyError):
-            print(f"metaltune: error: {e}", file=sys.stderr)
-            return e.exit_code
-        raise
+    except typer.TyperException as e:  # typer's own (vendored click) usage errors: exit 2
+        return _usage_error(e)
     return 0
+
+
+def _usage_error(e: typer.TyperException) -> int:
+    """One line for a usage error (unknown option or command, missing or bad argument), naming
+    the command and where its help is; a group called without a command prints its help."""
+    ctx = getattr(e, "ctx", None)
+    if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        text = ctx.get_help()  # typer's rich help prints itself (to stdout) and returns ""
+        if text.strip():
+            print(text, file=sys.stderr)
+        return 2
+    msg = " ".join(e.format_message().split()).rstrip(".")  # typer's may wrap over lines
+    where = ctx.command_path if ctx is not None else "metaltune"
+    print(f"metaltune: error: {msg} (see '{where} --help')", file=sys.stderr)
+    return e.exit_code
 
 
 def run() -> None:
