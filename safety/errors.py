@@ -9,7 +9,14 @@ class SafetyError(Exception):
     exit_code = 1
 
 
-class PolicyError(SafetyError):
+class InputError(SafetyError):
+    """An input file that cannot be used (not a regular file, too large, not UTF-8, not valid
+    YAML/TOML, over a limit of `safety.inputs`)."""
+
+    exit_code = 2
+
+
+class PolicyError(InputError):
     """A policy file that cannot be used (unreadable, not YAML, a field of the wrong shape)."""
 
     exit_code = 2

@@ -126,15 +126,9 @@ class Policy:
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def parse(cls, text: str, source: str = "<policy>") -> "Policy":
-        import yaml
+        from safety.inputs import parse_yaml
 
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            raise PolicyError(f"policy {source}: not valid YAML{where}: {problem}") from None
+        data = parse_yaml(text, f"policy {source}", PolicyError)
         if not isinstance(data, dict):
             raise PolicyError(f"policy {source}: expected a mapping with 'rules' (and optionally"
                               f" 'forbidden', 'defaults'), got {type(data).__name__}")
@@ -265,14 +259,10 @@ def _eq(a: Any, b: Any) -> bool:
 
 
 def load(path: str | os.PathLike[str]) -> Policy:
+    from safety.inputs import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise PolicyError(f"policy {p}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise PolicyError(f"policy {p}: not UTF-8 text") from None
-    return Policy.parse(text, str(p))
+    return Policy.parse(read_text(p, f"policy {p}", error=PolicyError), str(p))
 
 
 def load_default() -> Policy:
