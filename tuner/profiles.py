@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -29,6 +30,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from safety.inputs import compose_yaml, read_text
 from tuner.errors import BadInput
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "host_profiles"
@@ -165,16 +167,9 @@ def _rel(p: Path) -> str:
         return str(p)
 
 
-def _key_lines(text: str, src: str) -> dict[tuple[str, ...], int]:
+def _key_lines(node: Any, src: str) -> dict[tuple[str, ...], int]:
     """Line numbers of top-level keys and of keys under `knobs:`; duplicate keys are errors
-    (PyYAML would silently keep the last one)."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise BadInput(f"{src}{where}: malformed YAML: {problem}") from None
+    (YAML would silently keep the last one)."""
     lines: dict[tuple[str, ...], int] = {}
     if not isinstance(node, yaml.MappingNode):
         return lines
@@ -198,15 +193,11 @@ def _key_lines(text: str, src: str) -> dict[tuple[str, ...], int]:
 
 
 def read_file(path: Path) -> tuple[ProfileFile, dict[tuple[str, ...], int]]:
+    """One profile file, validated (its includes unresolved), and the lines of its keys. Read
+    through safety.inputs: a regular file of at most 1 MiB, UTF-8, safe YAML within limits."""
     src = _rel(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise BadInput(f"{src}: cannot read profile: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{src}: not UTF-8 text") from None
-    lines = _key_lines(text, src)
-    data = yaml.safe_load(text)
+    data, node = compose_yaml(read_text(path, src, error=BadInput), src, BadInput)
+    lines = _key_lines(node, src)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -255,58 +246,85 @@ def search_path(extra: list[Path] | None = None) -> list[Path]:
 
 
 def find(name_or_path: str, dirs: list[Path] | None = None, relative_to: Path | None = None) -> Path:
+    """The file a profile name or path refers to. Anything present at a path counts (a FIFO or
+    directory is then refused by the loader, with what it is), so a file is never skipped over."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
         for cand in ([relative_to / p] if relative_to and not p.is_absolute() else []) + [p]:
-            if cand.is_file():
+            if os.path.lexists(cand):
                 return cand
         raise BadInput(f"profile {name_or_path}: no such file")
     for d in ([relative_to] if relative_to else []) + search_path(dirs):
         for ext in (".yaml", ".yml"):
-            if (d / (name_or_path + ext)).is_file():
+            if os.path.lexists(d / (name_or_path + ext)):
                 return d / (name_or_path + ext)
     known = ", ".join(sorted({q.stem for d in search_path(dirs) for q in d.glob("*.y*ml")}))
     raise BadInput(f"profile {name_or_path!r} not found (known: {known or 'none'})")
 
 
+MAX_INCLUDE_DEPTH = 32      # include levels below the profile named (shipped ones use 2)
+MAX_INCLUDED_FILES = 256    # distinct files one profile may pull in
+
+
 def load(name_or_path: str, dirs: list[Path] | None = None) -> Profile:
     path = find(name_or_path, dirs)
-    return _resolve(path, dirs, stack=[])
+    return _Resolver(dirs).resolve(path, [])
 
 
-def _resolve(path: Path, dirs: list[Path] | None, stack: list[Path]) -> Profile:
-    rp = path.resolve()
-    if rp in stack:
-        cyc = " -> ".join(_rel(p) for p in stack[stack.index(rp):] + [rp])
-        raise BadInput(f"{_rel(stack[-1])}: field include: include cycle {cyc}")
-    pf, lines = read_file(path)
-    src = _rel(path)
-    merged_knobs: dict[str, KnobSetting] = {}
-    kernels: dict[str, Any] = {}
-    match: Optional[Match] = None
-    chain: list[str] = []
-    for inc in pf.include:
-        try:
-            ip = find(inc, dirs, relative_to=path.parent)
-        except BadInput as e:
-            raise BadInput(f"{src}:{lines.get(('include',), '?')}: field include: {e}") from None
-        parent = _resolve(ip, dirs, stack + [rp])
-        for ks in parent.knobs:
-            merged_knobs.pop(ks.key, None)
-            merged_knobs[ks.key] = ks
-        kernels = _deep_merge(kernels, parent.kernels)
-        match = parent.match if parent.match != Match() else match
-        chain += [c for c in parent.chain if c not in chain]
-    for key, value in pf.knobs.items():
-        merged_knobs.pop(key, None)  # re-insert: a child's keys come after (win over) parents'
-        merged_knobs[key] = KnobSetting(key=key, value=value, file=src,
-                                        line=lines.get(("knobs", key)))
-    chain.append(src)
-    return Profile(
-        name=pf.name or path.stem, path=src, description=pf.description, chain=chain,
-        match=pf.match or match or Match(), knobs=list(merged_knobs.values()),
-        kernels=_deep_merge(kernels, pf.kernels), provenance=pf.provenance, abstract=pf.abstract,
-    )
+class _Resolver:
+    """Include resolution for one load: each file is read and resolved once (a diamond of
+    includes costs one visit per file, not one per path to it), cycles and chains deeper than
+    MAX_INCLUDE_DEPTH are refused, and at most MAX_INCLUDED_FILES files are read."""
+
+    def __init__(self, dirs: list[Path] | None) -> None:
+        self.dirs = dirs
+        self.done: dict[Path, Profile] = {}
+
+    def resolve(self, path: Path, stack: list[Path]) -> Profile:
+        rp = path.resolve()
+        if rp in stack:
+            cyc = " -> ".join(_rel(p) for p in stack[stack.index(rp):] + [rp])
+            raise BadInput(f"{_rel(stack[-1])}: field include: include cycle {cyc}")
+        if rp in self.done:
+            return self.done[rp]
+        if len(stack) > MAX_INCLUDE_DEPTH:
+            raise BadInput(f"{_rel(stack[-1])}: field include: includes nested more than "
+                           f"{MAX_INCLUDE_DEPTH} levels deep (from {_rel(stack[0])})")
+        if len(self.done) >= MAX_INCLUDED_FILES:
+            raise BadInput(f"{_rel(stack[0])}: field include: more than {MAX_INCLUDED_FILES} "
+                           "files included")
+        self.done[rp] = prof = self._build(path, rp, stack)
+        return prof
+
+    def _build(self, path: Path, rp: Path, stack: list[Path]) -> Profile:
+        pf, lines = read_file(path)
+        src = _rel(path)
+        merged_knobs: dict[str, KnobSetting] = {}
+        kernels: dict[str, Any] = {}
+        match: Optional[Match] = None
+        chain: dict[str, None] = {}           # ordered set: a diamond lists each file once
+        for inc in pf.include:
+            try:
+                ip = find(inc, self.dirs, relative_to=path.parent)
+            except BadInput as e:
+                raise BadInput(f"{src}:{lines.get(('include',), '?')}: field include: {e}") from None
+            parent = self.resolve(ip, stack + [rp])
+            for ks in parent.knobs:
+                merged_knobs.pop(ks.key, None)
+                merged_knobs[ks.key] = ks
+            kernels = _deep_merge(kernels, parent.kernels)
+            match = parent.match if parent.match != Match() else match
+            chain.update(dict.fromkeys(parent.chain))
+        for key, value in pf.knobs.items():
+            merged_knobs.pop(key, None)  # re-insert: a child's keys come after (win over) parents'
+            merged_knobs[key] = KnobSetting(key=key, value=value, file=src,
+                                            line=lines.get(("knobs", key)))
+        chain[src] = None
+        return Profile(
+            name=pf.name or path.stem, path=src, description=pf.description, chain=list(chain),
+            match=pf.match or match or Match(), knobs=list(merged_knobs.values()),
+            kernels=_deep_merge(kernels, pf.kernels), provenance=pf.provenance, abstract=pf.abstract,
+        )
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +341,7 @@ def list_profiles(dirs: list[Path] | None = None) -> list[dict[str, Any]]:
             if p.stem in seen:
                 continue  # an earlier dir shadows a shipped profile of the same name
             try:
-                pr = _resolve(p, dirs, [])
+                pr = _Resolver(dirs).resolve(p, [])
                 seen[p.stem] = {"name": pr.name, "path": pr.path, "description": pr.description,
                                 "include": pr.chain[:-1], "abstract": pr.abstract,
                                 "match": pr.match.model_dump(exclude_none=True),

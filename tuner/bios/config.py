@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from safety.inputs import load_yaml
 from tuner.errors import BadInput
 
 CONFIG = "/etc/metaltune/bmc.yaml"
@@ -60,10 +60,7 @@ def load(host: Any) -> Optional[BmcConfig]:
     p: Path = host.path(CONFIG)
     if not p.exists():
         return None
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise BadInput(f"{p}: malformed YAML: {e}") from None
+    raw = load_yaml(p, str(p), error=BadInput) or {}
     if not isinstance(raw, dict):
         raise BadInput(f"{p}: expected a mapping at the top level")
     try:

@@ -5,6 +5,7 @@ code is 1 when any host failed or could not be reached."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -56,26 +57,12 @@ def _check_profile(profile: str) -> None:
     """A local profile file must exist and parse before any host is touched (bad input changes
     nothing); a bare name is a profile shipped with metaltune on the hosts."""
     p = Path(profile)
-    looks_like_file = p.suffix in (".yaml", ".yml") or "/" in profile
-    if looks_like_file and not p.is_file():
-        raise BadInput(f"PROFILE {profile}: no such file")
-    if p.is_file():
-        import yaml
+    if p.suffix in (".yaml", ".yml") or "/" in profile:
+        if not os.path.lexists(p):
+            raise BadInput(f"PROFILE {profile}: no such file")
+        from tuner import profiles
 
-        try:
-            doc = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise BadInput(f"profile {p}: not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(doc, dict):
-            raise BadInput(f"profile {p}: expected a mapping (name, knobs, ...)")
-        try:  # the profile layer's own validation, where it exists (issue 4)
-            from tuner import profiles  # type: ignore[attr-defined]
-
-            loader = getattr(profiles, "load_file", None) or getattr(profiles, "load", None)
-            if loader is not None:
-                loader(p)
-        except ImportError:
-            pass
+        profiles.load(profile)  # read through safety.inputs, includes resolved, every field checked
 
 
 @fleet.command("status")

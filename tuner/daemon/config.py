@@ -116,20 +116,13 @@ def config_path(explicit: Optional[Path] = None) -> Path:
 
 def load(path: Path, missing_ok: bool = False) -> DaemonConfig:
     """Parse and validate; raise BadInput (exit 2) with the file, field and expectation."""
-    import tomllib
+    from safety.inputs import load_toml
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        if missing_ok:
-            return DaemonConfig()
-        raise BadInput(f"{path}: config file not found (create it with `metaltune install`)") from None
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read config: {e.strerror}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: not valid TOML: {e}") from None
+    if missing_ok and not os.path.lexists(path):
+        return DaemonConfig()
+    if not os.path.lexists(path):
+        raise BadInput(f"{path}: config file not found (create it with `metaltune install`)")
+    data = load_toml(path, str(path), error=BadInput)
     try:
         cfg = DaemonConfig.model_validate(data)
     except ValidationError as e:

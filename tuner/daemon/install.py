@@ -205,12 +205,13 @@ def _bmc_host(root: Path) -> Optional[str]:
     if not p.is_file():
         return None
     try:
-        import yaml
         from urllib.parse import urlsplit
 
-        url = (yaml.safe_load(p.read_text()) or {}).get("url") or ""
+        from safety.inputs import load_yaml
+
+        url = (load_yaml(p) or {}).get("url") or ""
         parts = urlsplit(str(url))
-    except Exception:
+    except Exception:  # a bad bmc.yaml is reported where it is used (tuner.bios.config)
         return None
     if parts.scheme in ("", "sim-bmc") or not parts.hostname:
         return None
@@ -305,9 +306,10 @@ def uninstall(root: Path = Path("/"), *, purge: bool = False) -> dict[str, Any]:
 
 
 def _metrics_enabled(cfg_path: Path) -> bool:
-    import tomllib
+    from safety.errors import InputError
+    from safety.inputs import load_toml
 
     try:
-        return bool(tomllib.loads(cfg_path.read_text()).get("metrics", {}).get("enabled", False))
-    except (OSError, tomllib.TOMLDecodeError, AttributeError):
+        return bool(load_toml(cfg_path).get("metrics", {}).get("enabled", False))
+    except (InputError, AttributeError):
         return False

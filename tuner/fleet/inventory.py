@@ -114,15 +114,10 @@ def _loc(err: dict[str, Any]) -> str:
 
 
 def load(path: Path) -> Inventory:
-    import yaml
+    from safety.inputs import load_yaml
 
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise BadInput(f"inventory {path}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise BadInput(f"inventory {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    raw = load_yaml(path, f"inventory {path}", error=BadInput)
     if not isinstance(raw, dict):
         raise BadInput(f"inventory {path}: expected a mapping with 'hosts:' (and optional "
                        f"'defaults:', 'groups:'), got {type(raw).__name__}")
