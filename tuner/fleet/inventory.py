@@ -20,6 +20,7 @@ Per-host `env` is merged over `defaults.env`. A group can be given in `groups:` 
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -167,12 +168,19 @@ def _expand(p: Optional[Path], inv_path: Path) -> Optional[Path]:
 def to_ansible(inv: Inventory) -> dict[str, Any]:
     """The same hosts and groups as an Ansible dynamic inventory (`--list` JSON), so one file
     drives both `metaltune fleet` and an Ansible playbook (deploy/ansible/)."""
+    import shlex
+
     hostvars: dict[str, dict[str, Any]] = {}
     for h in inv.hosts.values():
+        # the python that runs metaltune also runs Ansible's modules (the host may have no other)
         v: dict[str, Any] = {"ansible_host": h.address, "ansible_port": h.port, "ansible_user": h.user,
+                             "ansible_python_interpreter": h.python, "ansible_timeout": int(math.ceil(h.connect_timeout)),
                              "metaltune_python": h.python, "metaltune_env": h.env}
         if h.key:
             v["ansible_ssh_private_key_file"] = str(h.key)
+        if h.known_hosts:  # host keys checked against the same file as `metaltune fleet` (never trusted blindly)
+            v["ansible_ssh_common_args"] = (f"-o UserKnownHostsFile={shlex.quote(str(h.known_hosts))} "
+                                            "-o StrictHostKeyChecking=yes")
         if h.cwd:
             v["metaltune_cwd"] = h.cwd
         hostvars[h.name] = v

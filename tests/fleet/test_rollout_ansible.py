@@ -1,0 +1,129 @@
+"""deploy/ansible/rollout.yml run for real: ansible-playbook (ansible-core) with the shipped dynamic
+inventory, over OpenSSH to sshd hosts in network namespaces, each host running metaltune on its
+own simulated GPU host (the same lab as tests/fleet/test_rollout_ssh.py). Canary, then waves; a
+failing wave is rolled back and stops the play; an Xid on the canary during probation halts the
+play and that host's own transaction rolls it back, exactly as `metaltune fleet apply` does."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fleet.test_rollout_ssh import mt_local, power, setup_fleet, status
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "deploy/ansible/rollout.yml"
+INVENTORY = ROOT / "deploy/ansible/metaltune_inventory.py"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+pytestmark = pytest.mark.peers
+
+
+def playbook_cmd(lab, tmp_path: Path, inv: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+    assert ANSIBLE_PLAYBOOK.exists(), "ansible-core is a test extra: pip install -e '.[test]'"
+    a = tmp_path / "ansible"
+    env = {
+        # the inventory script's `#!/usr/bin/env python3` finds this venv's python (pydantic, yaml)
+        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(a), "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
+        "METALTUNE_INVENTORY": str(inv),
+        "ANSIBLE_HOME": str(a), "ANSIBLE_LOCAL_TEMP": str(a / "tmp"), "ANSIBLE_REMOTE_TMP": str(a / "remote"),
+        "ANSIBLE_CALLBACK_PLUGINS": str(Path(__file__).with_name("ansible_plugins")),
+        "ANSIBLE_STDOUT_CALLBACK": "record_json", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "ANSIBLE_PIPELINING": "1",
+        # no ControlPersist master left running after the play; host keys as configured (checked)
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o BatchMode=yes",
+    }
+    argv = ["ip", "netns", "exec", lab.client_ns, str(ANSIBLE_PLAYBOOK), "-i", str(INVENTORY), str(PLAYBOOK),
+            "-e", "canary=1", *extra]
+    return argv, env
+
+
+def play(lab, tmp_path, inv, *extra: str, timeout: float = 300) -> tuple[int, dict]:
+    argv, env = playbook_cmd(lab, tmp_path, inv, *extra)
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    (tmp_path / "ansible.json").write_text(r.stdout)       # for a look after a failure
+    try:
+        return r.returncode, json.loads(r.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"ansible-playbook rc={r.returncode}: {r.stdout[-3000:]} {r.stderr[-3000:]}") from None
+
+
+def batches(doc: dict) -> list[list[str]]:
+    """The hosts each serial batch ran the apply task on, in order."""
+    out = []
+    for p in doc["plays"]:
+        for t in p["tasks"]:
+            if t["task"]["name"].startswith("apply through the safety transaction"):
+                out.append(sorted(t["hosts"]))
+    return out
+
+
+def task_hosts(doc: dict, prefix: str, key: str = "rc") -> dict[str, object]:
+    return {h: r.get(key) for p in doc["plays"] for t in p["tasks"]
+            if t["task"]["name"].startswith(prefix) for h, r in t["hosts"].items() if not r.get("skipped")}
+
+
+def test_canary_then_waves_and_a_failing_wave_is_rolled_back(netns_lab, tmp_path):
+    lab = netns_lab
+    names = ["w0", "w1", "w2", "w3", "w4"]
+    inv, prof, dirs = setup_fleet(lab, tmp_path, names)
+    # w4 is a commodity card whose power limit ends below 650 W: its apply is refused (exit 2)
+    shutil.rmtree(dirs["w4"] / "sim")
+    r = subprocess.run([sys.executable, "-m", "tuner", "sim", "init", str(dirs["w4"] / "sim"), "--sku", "rtx4090"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    w4_before = status(dirs["w4"])["current"]
+    rc, doc = play(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=1", "-e", "wave=2")
+    assert rc != 0
+    assert batches(doc) == [["w0"], ["w1", "w2"], ["w3", "w4"]]
+    # earlier waves keep the profile, confirmed
+    for n in ("w0", "w1", "w2"):
+        s = status(dirs[n])
+        assert s["current"]["gpu0.power_limit_w"] == 650 and s["pending"] is None
+        assert s["recent"][0]["state"] == "confirmed"
+    # the failing wave: w3 applied and was rolled back with it, w4 never changed
+    assert set(task_hosts(doc, "roll the whole wave back")) == {"w3", "w4"}
+    w3 = status(dirs["w3"])
+    assert w3["current"]["gpu0.power_limit_w"] == 700 and w3["pending"] is None
+    assert w3["recent"][0]["label"] == "rollback to baseline" and w3["recent"][1]["state"] == "confirmed"
+    assert status(dirs["w4"])["current"] == w4_before
+    halt = task_hosts(doc, "halt the rollout", "msg")
+    assert set(halt) == {"w3", "w4"} and "w4 failed" in str(halt["w3"])
+    assert doc["stats"]["w0"]["failures"] == 0 and doc["stats"]["w4"]["failures"] == 1
+
+
+def test_an_xid_on_the_canary_halts_the_play_and_rolls_that_host_back(netns_lab, tmp_path):
+    lab = netns_lab
+    inv, prof, dirs = setup_fleet(lab, tmp_path, ["c0", "c1", "c2"])
+    argv, env = playbook_cmd(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=10", "-e", "wave=2")
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and status(dirs["c0"])["pending"] is None and p.poll() is None:
+            time.sleep(0.3)
+        assert status(dirs["c0"])["pending"] is not None, "the canary never entered probation"
+        r = mt_local(dirs["c0"], "sim", "inject", str(dirs["c0"] / "sim"), "xid", "79")
+        assert r.returncode == 0, r.stderr
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    assert p.returncode != 0, err
+    doc = json.loads(out)
+    assert batches(doc) == [["c0"]]                       # the waves never started
+    assert task_hosts(doc, "apply through the safety transaction")["c0"] == 1
+    assert "Xid 79" in str(task_hosts(doc, "halt the rollout", "msg")["c0"])
+    # the canary's own transaction rolled it back; the others were never touched
+    c0 = status(dirs["c0"])
+    assert c0["current"]["gpu0.power_limit_w"] == 700 and c0["pending"] is None
+    assert any(i["type"] == "xid" and i["xid"] == 79 for i in c0["incidents"])
+    for n in ("c1", "c2"):
+        s = status(dirs[n])
+        assert s["recent"] == [] and s["baseline"] == {} and s["current"]["gpu0.power_limit_w"] == 700
+        assert not (dirs[n] / "state" / "journal.db").exists()
