@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.test_rollout_ssh import mt_local, power, setup_fleet, status
+from tests.fleet.test_rollout_ssh import mt_local, setup_fleet, status
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "deploy/ansible/rollout.yml"
