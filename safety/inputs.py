@@ -10,7 +10,7 @@ the daemon config, bmc.yaml): one loader, so every input gets the same limits an
   faster) and our own composer, which enforces limits while the node graph is built, before
   anything is constructed: `MAX_DEPTH` nesting levels, `MAX_ALIASES`
   alias uses, `MAX_NODES` nodes counted with every alias expanded (a "billion laughs" document is
-  refused after reading a few hundred bytes of it), no recursive aliases.
+  refused after reading a few hundred bytes of it), no recursive aliases, no duplicate keys.
 - Construction errors (an unknown tag, an impossible date such as 2024-02-30, an integer of a
   million digits) and NaN or infinity anywhere in a document end in one error too: no input of
   metaltune has a use for a non-finite number, and NaN in a bound silently disables it.
@@ -108,6 +108,12 @@ class _Limit(yaml.YAMLError):
         self.problem, self.problem_mark = problem, mark
 
 
+class _Duplicate(yaml.YAMLError):
+    def __init__(self, field: str, mark: Any) -> None:
+        super().__init__(field)
+        self.field, self.mark = field, mark
+
+
 try:  # libyaml's scanner and parser when present (3x faster), our composer either way
     from yaml._yaml import CParser
     from yaml.composer import Composer
@@ -134,6 +140,7 @@ class Loader(_SafeBase):
         self._aliases = 0
         self._nodes = 0                       # nodes, each alias counted as its whole subtree
         self._sizes: dict[int, int] = {}      # id(node) -> expanded size, once composed
+        self._path: list[str] = []            # where the node being composed sits, for messages
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
@@ -154,11 +161,30 @@ class Loader(_SafeBase):
             if self._depth > MAX_DEPTH:
                 raise _Limit(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
         start = self._nodes
+        label = (f"[{index}]" if isinstance(index, int) else
+                 str(index.value) if isinstance(index, yaml.ScalarNode) else "?" if index is not None else None)
+        if label is not None:
+            self._path.append(label)
         node = super().compose_node(parent, index)
+        if label is not None:
+            self._path.pop()
         if nested:
             self._depth -= 1
         self._count(1, event.start_mark)
         self._sizes[id(node)] = self._nodes - start
+        return node
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        """Duplicate keys are errors: YAML would silently keep the last one (a second `rules:`
+        would drop the first list). Overriding a merged (`<<`) key is not a duplicate."""
+        node = super().compose_mapping_node(anchor)
+        seen: set[tuple[str, str]] = set()
+        for k, _ in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                if (k.tag, k.value) in seen:
+                    field = "".join(p if p.startswith("[") else f".{p}" for p in [*self._path, str(k.value)])
+                    raise _Duplicate(field.lstrip("."), k.start_mark)
+                seen.add((k.tag, k.value))
         return node
 
     def _count(self, n: int, mark: Any) -> None:
@@ -205,6 +231,8 @@ def compose_yaml(text: str, name: str, error: ErrorType = InputError) -> tuple[A
         if node is None:
             return None, None
         return loader.construct_document(node), node
+    except _Duplicate as e:
+        raise error(f"{name}:{e.mark.line + 1}: field {e.field}: duplicate key") from None
     except yaml.YAMLError as e:
         raise _yaml_error(e, name, error) from None
     except RecursionError:  # not reachable with MAX_DEPTH, kept so no input ends in a traceback

@@ -167,28 +167,17 @@ def _rel(p: Path) -> str:
         return str(p)
 
 
-def _key_lines(node: Any, src: str) -> dict[tuple[str, ...], int]:
-    """Line numbers of top-level keys and of keys under `knobs:`; duplicate keys are errors
-    (YAML would silently keep the last one)."""
+def _key_lines(node: Any) -> dict[tuple[str, ...], int]:
+    """Line numbers of top-level keys and of keys under `knobs:`, for messages (duplicate keys
+    are refused by the loader)."""
     lines: dict[tuple[str, ...], int] = {}
     if not isinstance(node, yaml.MappingNode):
         return lines
-    seen: set[str] = set()
     for k, v in node.value:
-        key = str(k.value)
-        if key in seen:
-            raise BadInput(f"{src}:{k.start_mark.line + 1}: field {key}: duplicate key")
-        seen.add(key)
-        lines[(key,)] = k.start_mark.line + 1
-        if key == "knobs" and isinstance(v, yaml.MappingNode):
-            sub: set[str] = set()
+        lines[(str(k.value),)] = k.start_mark.line + 1
+        if str(k.value) == "knobs" and isinstance(v, yaml.MappingNode):
             for kk, _ in v.value:
-                kname = str(kk.value)
-                if kname in sub:
-                    raise BadInput(f"{src}:{kk.start_mark.line + 1}: field knobs.{kname}: "
-                                   "duplicate key")
-                sub.add(kname)
-                lines[("knobs", kname)] = kk.start_mark.line + 1
+                lines[("knobs", str(kk.value))] = kk.start_mark.line + 1
     return lines
 
 
@@ -197,7 +186,7 @@ def read_file(path: Path) -> tuple[ProfileFile, dict[tuple[str, ...], int]]:
     through safety.inputs: a regular file of at most 1 MiB, UTF-8, safe YAML within limits."""
     src = _rel(path)
     data, node = compose_yaml(read_text(path, src, error=BadInput), src, BadInput)
-    lines = _key_lines(node, src)
+    lines = _key_lines(node)
     if data is None:
         data = {}
     if not isinstance(data, dict):

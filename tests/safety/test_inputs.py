@@ -4,6 +4,7 @@ through it."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -90,6 +91,19 @@ def test_yaml_limits_and_construction_errors_are_one_line(text, expect):
     msg = str(e.value)
     assert msg.startswith("x.yaml: not valid YAML") and expect in msg and "\n" not in msg, msg
     assert len(msg) < 300
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("rules: [a]\nversion: 1\nrules: [b]\n", "x.yaml:3: field rules: duplicate key"),
+    ("rules:\n  - knob: a\n    knob: b\n", "x.yaml:3: field rules[0].knob: duplicate key"),
+])
+def test_duplicate_keys_are_refused_with_their_field(text, expect):
+    with pytest.raises(InputError, match=re.escape(expect)):
+        inputs.parse_yaml(text, "x.yaml")
+
+
+def test_overriding_a_merged_key_is_not_a_duplicate():
+    assert inputs.parse_yaml("b: &b {x: 1}\nc: {<<: *b, x: 2}\n", "x.yaml")["c"] == {"x": 2}
 
 
 def test_aliases_up_to_the_limits_are_fine():
