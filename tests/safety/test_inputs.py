@@ -136,7 +136,8 @@ def test_the_callers_error_class_and_prefix_are_used(tmp_path):
 
 
 @pytest.mark.parametrize("content, expect", [
-    (b"backend = \"sim\"\nsim_root = \"/x\"\n[limits]\nx = inf\n", "not a finite number"),
+    (b"backend = \"sim\"\nsim_root = \"/x\"\nprobation_s = inf\n", "field probation_s: not a finite number"),
+    (b"backend = \"sim\"\nsim_root = \"/x\"\n[search]\nidle_for_s = nan\n", "field search.idle_for_s: not a finite number"),
     (b"backend = \"sim\xff\"\n", "not UTF-8"),
     (None, "is a FIFO"),
 ])
