@@ -7,7 +7,8 @@ import importlib
 
 from kernelsearch.families.base import Family, Variant  # noqa: F401  (re-exported)
 
-NAMES = ("softmax", "rmsnorm", "swiglu", "matmul", "decode_attention", "rope")
+NAMES = ("softmax", "rmsnorm", "swiglu", "matmul", "decode_attention", "rope", "mla_decode",
+         "mla_sparse_decode")
 
 
 def get(name: str) -> Family:

@@ -191,6 +191,13 @@ def random_shapes(family: Family, n: int, big: bool = False) -> list:
             g = r.choice([1, 2, 4, 8])
             out.append((r.randint(1, 4 if big else 2), hkv * g, hkv,
                         r.randint(1, 20000 if big else 150), r.choice([64, 128] if big else [16, 32])))
+        elif family.name in ("mla_decode", "mla_sparse_decode"):
+            page = r.choice([1, 16, 64])
+            L = r.randint(1, 20000 if big else 150)
+            shape = (r.randint(1, 8 if big else 3), r.choice([16, 128] if big else [4, 16]), L,
+                     page, 1)
+            out.append(shape if family.name == "mla_decode"
+                       else shape[:4] + (r.choice([64, 2048] if big else [16, 48]), 1))
         elif family.name == "rope":
             out.append((r.randint(1, 300 if big else 4), r.randint(1, 140 if big else 8),
                         2 * r.randint(1, 128 if big else 20)))

@@ -1,0 +1,120 @@
+"""MLA decode (DeepSeek-V2/V3/R1, absorbed): forward(q, kv_cache, block_table, seq_lens, scale)
+with q [B, H, 576], a paged latent cache kv_cache [num_blocks, page, 576], block_table
+[B, max_blocks] int32, seq_lens [B] int32 (1..capacity); out [B, H, 512] in q's dtype.
+K = all 576 columns, V = the first 512 (kernelsearch/families/mla.py). Compute-bound: 128 heads
+share each loaded latent row (242 FLOP per byte, past the H200's 171)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelsearch.families import mla
+from kernelsearch.families.base import Family, Variant, randn
+
+HERE = Path(__file__).parent
+H = 128  # DeepSeek-V3's heads (one GPU holds all of them; tensor parallel 8 gives 16)
+
+# (B, H, L, page, R): L the context (capacity), R 0 = every sequence at L, 1 = ragged
+SWEEP = [(64, H, 4096, 64, 0), (32, H, 32768, 64, 0), (8, H, 131072, 64, 0),
+         (128, H, 2048, 64, 0), (128, H, 8192, 64, 0), (16, H, 16384, 64, 0),
+         (4, H, 163840, 64, 0), (1, H, 163840, 64, 0), (1, H, 4096, 64, 0), (8, H, 4096, 64, 0),
+         (32, H, 4096, 64, 0), (32, H, 131072, 64, 0)]
+SEARCH = [(64, H, 4096, 64, 0), (32, H, 32768, 64, 0), (8, H, 131072, 64, 0),
+          (128, H, 2048, 64, 0), (1, H, 163840, 64, 0), (8, H, 4096, 64, 0)]
+# never searched: ragged lengths, other page sizes, odd contexts just past a page and a split
+HELDOUT = [(7, H, 5000, 64, 1), (3, H, 40961, 16, 1), (2, H, 2049, 1, 1), (33, H, 8193, 64, 1),
+           (1, 16, 1000, 64, 1), (128, H, 1025, 64, 1)]
+# CPU interpreter: lengths just past a page (16, 64) and past a 16/32-token tile
+TINY = [(2, 16, 70, 16, 1), (3, 4, 130, 64, 1), (2, 8, 33, 1, 1), (1, 16, 17, 16, 0)]
+
+
+def make_inputs(shape, dtype, device, gen, dist="normal"):
+    B, nh, L, page, ragged = shape
+    lens = mla.seq_lens_for(B, L, page, ragged, gen)
+    q = randn((B, nh, mla.D_QK), dtype, device, gen, dist)
+    kv, table = mla.paged_cache(B, L, page, lens, dtype, device, gen, dist)
+    return (q, kv, table, lens.to(device), mla.SCALE)
+
+
+def reference(q, kv_cache, block_table, seq_lens, scale):
+    import torch
+
+    rows = []
+    for b, n in enumerate(seq_lens.tolist()):
+        pos = torch.arange(n, device=q.device)[None, :]
+        rows.append(mla.gather_rows(kv_cache, block_table[b:b + 1], pos)[0])
+    return mla.reference_rows(q, kv_cache, rows, scale)
+
+
+def torch_default(q, kv_cache, block_table, seq_lens, scale):
+    """The torch path over the gathered pages, masked past each length (no host sync: it
+    replays in a CUDA graph)."""
+    import torch
+
+    B = q.shape[0]
+    page = kv_cache.shape[1]
+    kv = kv_cache[block_table.long()].view(B, -1, mla.D_QK)
+    pos = torch.arange(kv.shape[1], device=q.device)
+    return mla.plain_attention(q, kv, pos[None, :] < seq_lens[:, None], scale)
+
+
+def shape_of(q, kv_cache, block_table, seq_lens, scale):
+    """(B, H, capacity, page, 1): the lengths are on the device, so every call counts as
+    ragged (an entry covers ragged calls up to its context)."""
+    B, nh, cap, page = mla.check_common(q, kv_cache, block_table, seq_lens)
+    return (B, nh, cap, page, 1)
+
+
+def n_tokens(s) -> float:
+    """Tokens attended, fewest possible: all of them at R=0, at least one per sequence at R=1."""
+    B, L, ragged = s[0], s[2], s[4]
+    return float(B * L) if not ragged else float(L + B - 1)
+
+
+def bytes_moved(s, es):
+    B, nh = s[0], s[1]
+    return n_tokens(s) * mla.D_QK * es + B * nh * (mla.D_QK + mla.D_LATENT) * es + B * 4
+
+
+def flops(s):
+    return 2.0 * s[1] * n_tokens(s) * (mla.D_QK + mla.D_LATENT)
+
+
+def _valid(cfg, shape):
+    """A head block no larger than needed (masked heads are wasted tensor-core rows, 16 is
+    tl.dot's least M); the [BLOCK_H, 512] fp32 accumulator at most 128 registers a thread; the
+    loaded K tiles of every stage within shared memory."""
+    nh = shape[1]
+    bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
+    if bh > max(16, 1 << (nh - 1).bit_length()):
+        return False
+    if bh * 512 // (32 * cfg["num_warps"]) > 128:
+        return False
+    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 220 * 1024
+
+
+FAMILY = Family(
+    name="mla_decode",
+    signature="forward(q, kv_cache, block_table, seq_lens, scale)",
+    dtypes=("bfloat16", "float16"),
+    variants={
+        "splitkv": Variant("splitkv", HERE / "splitkv.py",
+                           {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
+                            "GRID": [132, 264, 528], "STAGES": [1, 2, 3],
+                            "num_warps": [4, 8, 16]}, _valid),
+    },
+    search_shapes=SEARCH,
+    sweep_shapes=SWEEP,
+    heldout_shapes=HELDOUT,
+    tiny_shapes=TINY,
+    make_inputs=make_inputs,
+    reference=reference,
+    torch_default=torch_default,
+    out_spec=lambda q, kv, bt, sl, scale: ((q.shape[0], q.shape[1], mla.D_LATENT), q.dtype),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    shape_of=shape_of,
+    shape_dims=("B", "H", "L", "P", "R"),
+    exact_dims=("H", "P"),
+    range_dims=("B", "L"),
+    bound="compute",
+)

@@ -1,0 +1,142 @@
+"""Sparse MLA decode (DeepSeek-V3.2, DSA): forward(q, kv_cache, block_table, seq_lens, indices,
+scale), the paged latent cache of mla_decode plus indices [B, topk] int32: the token positions a
+lightning indexer selected (-1 = unused slot; positions at or past seq_lens[b] are skipped too).
+Attends only the selected tokens; out [B, H, 512] in q's dtype (zeros where none is selected).
+Compute-bound like dense MLA, on a gather: each selected row is 1152 contiguous bytes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernelsearch.families import mla
+from kernelsearch.families.base import Family, Variant, randn
+
+HERE = Path(__file__).parent
+H = 128
+TOPK = 2048  # DeepSeek-V3.2's index_topk
+
+# (B, H, L, page, topk, R): L the context (capacity), R 0 = every sequence at L with
+# min(topk, L) tokens selected, 1 = ragged lengths and fewer valid indices than topk
+SWEEP = [(64, H, 4096, 64, TOPK, 0), (32, H, 32768, 64, TOPK, 0), (8, H, 131072, 64, TOPK, 0),
+         (128, H, 8192, 64, TOPK, 0), (1, H, 163840, 64, TOPK, 0), (16, H, 65536, 64, TOPK, 0)]
+SEARCH = [(64, H, 4096, 64, TOPK, 0), (32, H, 32768, 64, TOPK, 0), (8, H, 131072, 64, TOPK, 0),
+          (128, H, 8192, 64, TOPK, 0), (1, H, 163840, 64, TOPK, 0)]
+HELDOUT = [(7, H, 5000, 64, TOPK, 1), (3, H, 1500, 16, TOPK, 1), (2, H, 40961, 1, TOPK, 1),
+           (33, H, 8193, 64, TOPK, 1), (5, 16, 3000, 64, 512, 1)]
+TINY = [(2, 16, 70, 16, 48, 1), (3, 4, 130, 64, 32, 1), (2, 8, 40, 1, 48, 1),
+        (1, 16, 100, 16, 33, 0)]
+
+
+def make_indices(B, L, page, topk, lens, ragged, gen):
+    """Distinct positions < each length in random slots, -1 elsewhere; ragged: between one and
+    min(topk, length) valid, and a position past the length in a spare slot (to be skipped)."""
+    import torch
+
+    cap = mla.capacity(L, page)
+    pos = torch.arange(cap)
+    score = torch.rand((B, cap), generator=gen)
+    score[pos[None, :] >= lens[:, None]] = -1.0
+    k = min(topk, cap)
+    val, idx = score.topk(k, dim=1)
+    idx = torch.where(val >= 0, idx, -1).to(torch.int32)
+    if ragged:
+        nvalid = (val >= 0).sum(1)
+        keep = (torch.rand(B, generator=gen) * nvalid).long() + 1
+        idx[torch.arange(k)[None, :] >= keep[:, None]] = -1
+        for b in range(B):
+            if int(keep[b]) < k and int(lens[b]) < cap:
+                idx[b, int(keep[b])] = int(lens[b]) + int(torch.randint(
+                    0, cap - int(lens[b]), (1,), generator=gen))
+    if k < topk:
+        idx = torch.cat([idx, torch.full((B, topk - k), -1, dtype=torch.int32)], dim=1)
+    order = torch.rand((B, topk), generator=gen).argsort(dim=1)
+    return idx.gather(1, order).contiguous()
+
+
+def make_inputs(shape, dtype, device, gen, dist="normal"):
+    B, nh, L, page, topk, ragged = shape
+    lens = mla.seq_lens_for(B, L, page, ragged, gen)
+    q = randn((B, nh, mla.D_QK), dtype, device, gen, dist)
+    kv, table = mla.paged_cache(B, L, page, lens, dtype, device, gen, dist)
+    idx = make_indices(B, L, page, topk, lens, ragged, gen)
+    return (q, kv, table, lens.to(device), idx.to(device), mla.SCALE)
+
+
+def selected(indices, seq_lens):
+    return (indices >= 0) & (indices < seq_lens[:, None])
+
+
+def reference(q, kv_cache, block_table, seq_lens, indices, scale):
+    ok = selected(indices, seq_lens)
+    rows = [mla.gather_rows(kv_cache, block_table[b:b + 1], indices[b:b + 1][ok[b:b + 1]]
+                            .view(1, -1))[0] for b in range(q.shape[0])]
+    return mla.reference_rows(q, kv_cache, rows, scale)
+
+
+def torch_default(q, kv_cache, block_table, seq_lens, indices, scale):
+    """The gather path: the selected rows into a [B, topk, 576] tensor, then the dense torch
+    path over them with the unused slots masked (NaN where a row selects nothing)."""
+    cap = block_table.shape[1] * kv_cache.shape[1]
+    rows = mla.gather_rows(kv_cache, block_table, indices.clamp(0, cap - 1))
+    kv = kv_cache.view(-1, mla.D_QK)[rows]
+    return mla.plain_attention(q, kv, selected(indices, seq_lens), scale)
+
+
+def shape_of(q, kv_cache, block_table, seq_lens, indices, scale):
+    B, nh, cap, page = mla.check_common(q, kv_cache, block_table, seq_lens)
+    if indices.dim() != 2 or indices.shape[0] != B or str(indices.dtype) != "torch.int32":
+        raise ValueError("mla_sparse: indices must be [B, topk] int32")
+    return (B, nh, cap, page, indices.shape[1], 1)
+
+
+def n_tokens(s) -> float:
+    """Tokens attended, fewest possible: min(topk, L) per sequence at R=0, one at R=1."""
+    B, L, topk, ragged = s[0], s[2], s[4], s[5]
+    return float(B * min(topk, L)) if not ragged else float(B)
+
+
+def bytes_moved(s, es):
+    B, nh, topk = s[0], s[1], s[4]
+    return (n_tokens(s) * mla.D_QK * es + B * nh * (mla.D_QK + mla.D_LATENT) * es
+            + B * topk * 4 + B * 4)
+
+
+def flops(s):
+    return 2.0 * s[1] * n_tokens(s) * (mla.D_QK + mla.D_LATENT)
+
+
+def _valid(cfg, shape):
+    nh = shape[1]
+    bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
+    if bh > max(16, 1 << (nh - 1).bit_length()):
+        return False
+    if bh * 512 // (32 * cfg["num_warps"]) > 128:
+        return False
+    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 220 * 1024
+
+
+FAMILY = Family(
+    name="mla_sparse_decode",
+    signature="forward(q, kv_cache, block_table, seq_lens, indices, scale)",
+    dtypes=("bfloat16", "float16"),
+    variants={
+        "splitkv": Variant("splitkv", HERE / "splitkv.py",
+                           {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
+                            "GRID": [132, 264, 528], "STAGES": [1, 2, 3],
+                            "num_warps": [4, 8, 16]}, _valid),
+    },
+    search_shapes=SEARCH,
+    sweep_shapes=SWEEP,
+    heldout_shapes=HELDOUT,
+    tiny_shapes=TINY,
+    make_inputs=make_inputs,
+    reference=reference,
+    torch_default=torch_default,
+    out_spec=lambda q, *a: ((q.shape[0], q.shape[1], mla.D_LATENT), q.dtype),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    shape_of=shape_of,
+    shape_dims=("B", "H", "L", "P", "TOPK", "R"),
+    exact_dims=("H", "P", "TOPK"),
+    range_dims=("B", "L"),
+    bound="compute",
+)
