@@ -24,7 +24,8 @@ SEARCH = [(64, H, 4096, 64, 0), (32, H, 32768, 64, 0), (8, H, 131072, 64, 0),
 HELDOUT = [(7, H, 5000, 64, 1), (3, H, 40961, 16, 1), (2, H, 2049, 1, 1), (33, H, 8193, 64, 1),
            (1, 16, 1000, 64, 1), (128, H, 1025, 64, 1)]
 # CPU interpreter: lengths just past a page (16, 64) and past a 16/32-token tile
-TINY = [(2, 16, 70, 16, 1), (3, 4, 130, 64, 1), (2, 8, 33, 1, 1), (1, 16, 17, 16, 0)]
+TINY = [(2, 16, 80, 16, 1), (2, 16, 70, 16, 1), (3, 4, 130, 64, 1), (2, 8, 33, 1, 1),
+        (1, 16, 17, 16, 0)]
 
 
 def make_inputs(shape, dtype, device, gen, dist="normal"):
@@ -101,6 +102,10 @@ FAMILY = Family(
                            {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
                             "GRID": [132, 264, 528], "STAGES": [1, 2, 3],
                             "num_warps": [4, 8, 16]}, _valid),
+        "tma": Variant("tma", HERE / "tma.py",
+                       {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
+                        "GRID": [132, 264, 528], "STAGES": [1, 2, 3],
+                        "num_warps": [4, 8, 16]}, _valid),
     },
     search_shapes=SEARCH,
     sweep_shapes=SWEEP,
