@@ -148,3 +148,13 @@ def decode_attention(q, k, v):
 
 def rope(x, cos, sin):
     return call("rope", x, cos, sin)
+
+
+def mla_decode(q, kv_cache, block_table, seq_lens, scale: float):
+    """Absorbed MLA decode over a paged latent cache (kernelsearch.families.mla_decode)."""
+    return call("mla_decode", q, kv_cache, block_table, seq_lens, scale)
+
+
+def mla_sparse_decode(q, kv_cache, block_table, seq_lens, indices, scale: float):
+    """Sparse MLA decode over the top-k `indices` (kernelsearch.families.mla_sparse_decode)."""
+    return call("mla_sparse_decode", q, kv_cache, block_table, seq_lens, indices, scale)

@@ -2,6 +2,8 @@
 
 - `tuner.workloads.llama.LlamaWorkload`: the holistic inference benchmark (prefill and decode
   tokens/s per context length and batch size, decode under CUDA graphs);
+- `tuner.workloads.deepseek.DeepSeekWorkload`: DeepSeek-V3's first three layers (absorbed MLA
+  decode over a paged latent cache; V3.2's indexer + top-k sparse attention), the same runners;
 - `tuner.workloads.command.CommandWorkload`: the user's own benchmark command + a metric regex.
 
 Nothing is imported here: `llama`'s model code also runs on GPU machines without pydantic

@@ -10,8 +10,9 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
                   timeout_s: float) -> Any:
     """`sim` (the simulated host's model), `sim-llama` (the CPU Llama scaled by the simulated
     host's model: host and kernel effects in one metric, tuner.sim.llama_host), `cmd:<command
-    line>` (the user's own benchmark, with --metric-regex), or `llama` (the holistic inference
-    workload)."""
+    line>` (the user's own benchmark, with --metric-regex), `llama` (the holistic inference
+    workload) or `deepseek` / `deepseek-v3.2` (DeepSeek-V3's first three layers, MLA decode over
+    a paged latent cache; V3.2 with the indexer and sparse attention)."""
     if workload is None:
         workload = "sim" if host.backend == "sim" else "llama"
     if workload in ("sim", "sim-llama"):
@@ -34,4 +35,16 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
         from tuner.workloads.llama import LlamaWorkload
 
         return LlamaWorkload()
-    raise BadInput(f"--workload: expected sim, sim-llama, llama or cmd:<command>, got {workload!r}")
+    if workload in ("deepseek", "deepseek-v3.2"):
+        import torch
+
+        from tuner.workloads.deepseek import DeepSeekConfig, DeepSeekWorkload
+
+        # the real three layers on a GPU, the tiny preset on the CPU (interpreter kernels)
+        big = torch.cuda.is_available()
+        name = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
+                ("deepseek-v3.2", True): "deepseek-v3.2-3l",
+                ("deepseek-v3.2", False): "tiny-v3.2"}[(workload, big)]
+        return DeepSeekWorkload(DeepSeekConfig.preset(name))
+    raise BadInput(f"--workload: expected sim, sim-llama, llama, deepseek, deepseek-v3.2 or "
+                   f"cmd:<command>, got {workload!r}")

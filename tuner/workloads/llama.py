@@ -200,6 +200,23 @@ class Ops:
 
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
 
+    @staticmethod
+    def plain_mla_decode(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
+                         scale: float) -> Any:
+        """Absorbed MLA decode as plain torch writes it (the family's torch path: gather the
+        pages, bmm, float softmax, bmm), so a fallback call is bit-identical to it."""
+        from kernelsearch.families import get
+
+        return get("mla_decode").torch_default(q, kv_cache, block_table, seq_lens, scale)
+
+    @staticmethod
+    def plain_mla_sparse_decode(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
+                                indices: Any, scale: float) -> Any:
+        from kernelsearch.families import get
+
+        return get("mla_sparse_decode").torch_default(q, kv_cache, block_table, seq_lens,
+                                                      indices, scale)
+
     def rmsnorm(self, x: Any, w: Any, eps: float) -> Any:
         return self._call("rmsnorm", self.plain_rmsnorm, x, w, eps)
 
@@ -220,6 +237,16 @@ class Ops:
             return self._call("decode_attention", lambda q3, k, v: self.plain_decode_attention(
                 q3.unsqueeze(2), k, v).squeeze(2), q.squeeze(2), k, v).unsqueeze(2)
         return self._call("decode_attention", self.plain_decode_attention, q, k, v)
+
+    def mla_decode(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
+                   scale: float) -> Any:
+        return self._call("mla_decode", self.plain_mla_decode, q, kv_cache, block_table,
+                          seq_lens, scale)
+
+    def mla_sparse_decode(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
+                          indices: Any, scale: float) -> Any:
+        return self._call("mla_sparse_decode", self.plain_mla_sparse_decode, q, kv_cache,
+                          block_table, seq_lens, indices, scale)
 
     def prefill_attention(self, q: Any, k: Any, v: Any) -> Any:
         import torch.nn.functional as F
@@ -565,8 +592,11 @@ class DecodeRunner:
         self.cache = cache if cache is not None else model.new_cache(batch, ctx + 1)
         g = torch.Generator(device="cpu").manual_seed(seed)
         self.tokens = torch.randint(0, model.cfg.vocab, (batch,), generator=g).to(model.device)
-        if self.cache[0][0].shape[2] != ctx + 1:
-            raise ValueError(f"decode runner: cache length {self.cache[0][0].shape[2]} != ctx + 1")
+        # a model with its own cache type (tuner.workloads.deepseek's paged one) says its length
+        length = (model.cache_len(self.cache) if hasattr(model, "cache_len")
+                  else self.cache[0][0].shape[2])
+        if length != ctx + 1:
+            raise ValueError(f"decode runner: cache length {length} != ctx + 1")
         model.rope(ctx + 1)
         self.pos = torch.tensor([ctx], device=model.device)
         self.graph: Any = None

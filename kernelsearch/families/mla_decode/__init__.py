@@ -100,11 +100,11 @@ FAMILY = Family(
     variants={
         "splitkv": Variant("splitkv", HERE / "splitkv.py",
                            {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
-                            "GRID": [132, 264, 528], "STAGES": [1, 2, 3],
+                            "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
                             "num_warps": [4, 8, 16]}, _valid),
         "tma": Variant("tma", HERE / "tma.py",
                        {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
-                        "GRID": [132, 264, 528], "STAGES": [1, 2, 3],
+                        "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
                         "num_warps": [4, 8, 16]}, _valid),
     },
     search_shapes=SEARCH,

@@ -26,7 +26,7 @@ def _step(qn0, qn1, qp, k0, k1, kp, ok, m_i, l_i, acc0, acc1, qk_scale):
     return m_new, l_i, acc0, acc1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
 def _tma_partial(Q, KV, BT, SL, O, Op, Lp, H, n_rows, n_splits, split_len, qk_scale,
                  sqb, sqh, sbt, sob, soh,
                  PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -93,7 +93,7 @@ def _tma_partial(Q, KV, BT, SL, O, Op, Lp, H, n_rows, n_splits, split_len, qk_sc
                  mask=hmask[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
 def _tma_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
     bh = tl.program_id(0)
     b = bh // H

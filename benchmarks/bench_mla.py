@@ -1,0 +1,385 @@
+"""DeepSeek MLA decode on the GPU: the mla_decode and mla_sparse_decode families' variants over a
+config grid at every sweep shape, against the torch path (and SDPA where it runs), with the floor
+max(bytes at 4.3 TB/s, FLOPs at 735 TFLOP/s); the Triton ceiling probe; the dispatch table the
+winners imply; and the DeepSeek-V3 workload end to end (--e2e).
+
+  GPU (needs torch + triton only):
+    python3 benchmarks/bench_mla.py --out DIR [--families mla_decode,mla_sparse_decode]
+        [--budget-s 300] [--ceiling] [--e2e 4096,32768,131072] [--e2e-batch 32]
+  CPU smoke test of the script (Triton interpreter, tiny shapes, two configs):
+    TRITON_INTERPRET=1 python benchmarks/bench_mla.py --smoke --out /tmp/mla
+
+Every timed config is first checked against the float64 reference at the shape it is timed on
+(bf16, shuffled pages). Times are per call inside a CUDA graph (kernelsearch.harness.timing.
+bench_graph), several input sets rotated where one set would sit in the L2. Kernels compile in
+parallel worker processes first (same specialisation, dummy data), then time one at a time."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PEAK = 735e12  # bf16 dense FLOP/s the issue's floor uses (h200-anchors-2026-12-01.json)
+BW = 4.3e12  # read B/s, same source
+VARIANTS = {"mla_decode": ["splitkv", "tma"], "mla_sparse_decode": ["splitkv"]}
+# (BLOCK_H, num_warps) pairs that keep the fp32 [BLOCK_H, 512] accumulator at 128 registers a
+# thread or less; x BLOCK_N x STAGES; GRID only changes the split count
+WARPS = [(64, 8), (128, 16)]
+BLOCK_N = [32, 64]
+STAGES = [2, 3]
+GRIDS = [132, 264, 528, 1056]
+
+
+def log(*a, end="\n"):
+    print(*a, end=end, flush=True)
+
+
+def floor_s(fam, shape) -> float:
+    return max(fam.bytes_moved(shape, 2) / BW, fam.flops(shape) / PEAK)
+
+
+def forward_of(family: str, variant: str):
+    from kernelsearch.runtime import ensure_scratch_allocator
+
+    ensure_scratch_allocator()
+    return importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
+
+
+def n_splits(family: str, shape, cfg) -> int:
+    B, H = shape[0], shape[1]
+    n = shape[4] if family == "mla_sparse_decode" else -(-shape[2] // shape[3]) * shape[3]
+    hb = -(-H // cfg["BLOCK_H"])
+    tiles = -(-n // cfg["BLOCK_N"])
+    want = max(1, min(-(-cfg["GRID"] // (B * hb)), tiles))
+    per = -(-tiles // want)
+    return -(-tiles // per)
+
+
+def grid(family: str, shape, smoke: bool) -> list[tuple[str, dict]]:
+    """Configs to time at a shape, one per distinct split count (GRID values that give the
+    same number of chunks launch the same work)."""
+    from kernelsearch.families import get
+
+    fam = get(family)
+    out, seen = [], set()
+    if smoke:
+        return [(v, dict(BLOCK_H=16, BLOCK_N=16, GRID=g, STAGES=1, num_warps=4))
+                for v in VARIANTS[family] for g in (1, 8)]
+    for v in VARIANTS[family]:
+        for (bh, nw) in WARPS:
+            for bn in BLOCK_N:
+                for st in STAGES:
+                    for g in GRIDS:
+                        cfg = dict(BLOCK_H=bh, BLOCK_N=bn, GRID=g, STAGES=st, num_warps=nw)
+                        if not fam.variant(v).valid(cfg, shape):
+                            continue
+                        key = (v, bh, bn, st, nw, n_splits(family, shape, cfg))
+                        if key not in seen:
+                            seen.add(key)
+                            out.append((v, cfg))
+    return out
+
+
+def dummy_args(family: str, shape, device: str):
+    """Arguments with the real call's shapes, strides and integer values (so the compiled
+    specialisation is the one timed later) but one cache page: every program reads row 0."""
+    import torch
+
+    from kernelsearch.families import mla
+
+    B, H, L, page = shape[:4]
+    mb = -(-L // page)
+    q = torch.randn((B, H, mla.D_QK), device=device, dtype=torch.bfloat16)
+    kv = torch.randn((mb * B + max(1, mb // 4), page, mla.D_QK), device=device,
+                     dtype=torch.bfloat16)[:1]
+    kv = kv.contiguous()
+    table = torch.zeros((B, mb), dtype=torch.int32, device=device)
+    lens = torch.ones((B,), dtype=torch.int32, device=device)
+    if family == "mla_sparse_decode":
+        idx = torch.zeros((B, shape[4]), dtype=torch.int32, device=device)
+        return (q, kv, table, lens, idx, mla.SCALE)
+    return (q, kv, table, lens, mla.SCALE)
+
+
+def _compile_one(job):
+    family, variant, shape, cfg = job
+    try:
+        import torch
+
+        forward_of(family, variant)(*dummy_args(family, tuple(shape), "cuda"), **cfg)
+        torch.cuda.synchronize()
+        return None
+    except Exception as e:  # noqa: BLE001  (reported, the config is skipped)
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:200] if str(e) else ''}"
+
+
+def compile_all(jobs: list, workers: int) -> dict:
+    """Compile every (variant, config, specialisation) once, in parallel processes (triton's
+    disk cache hands the binaries to the timing process)."""
+    import multiprocessing as mp
+
+    uniq, seen = [], set()
+    for j in jobs:
+        k = (j[0], j[1], j[2][0] > 0, n_splits(j[0], j[2], j[3]) == 1, json.dumps(j[3]))
+        if k not in seen:
+            seen.add(k)
+            uniq.append(j)
+    t0 = time.time()
+    errors = {}
+    with mp.get_context("spawn").Pool(workers) as pool:
+        for j, err in zip(uniq, pool.map(_compile_one, uniq, chunksize=1)):
+            if err:
+                errors[(j[1], json.dumps(j[3], sort_keys=True))] = err
+    log(f"compiled {len(uniq)} kernels in {time.time() - t0:.0f}s with {workers} workers, "
+        f"{len(errors)} failed")
+    return errors
+
+
+def time_call(fn, sets, replays: int = 10) -> float:
+    from kernelsearch.harness import timing as tm
+
+    return tm.bench_graph(fn, sets, replays=replays)["median_s"]
+
+
+def dtype_for(device: str) -> str:
+    return "bfloat16" if device == "cuda" else "float16"  # the interpreter's bf16 dot is not faithful
+
+
+def input_sets(fam, shape, device: str, n: int) -> list:
+    import torch
+
+    return [fam.make_inputs(shape, dtype_for(device), device, torch.Generator().manual_seed(100 + i),
+                            "normal") for i in range(n)]
+
+
+def contiguous_torch(family: str):
+    """The torch path on a contiguous latent cache (the issue's baseline: bmm -> float softmax
+    -> bmm, no page gather), and SDPA's efficient backend on the same, as callables over the
+    family's arguments with the cache pre-gathered outside the timed region."""
+    import torch
+    import torch.nn.functional as F
+
+    from kernelsearch.families import mla
+
+    def prep(args):
+        q, kv_cache, table, lens = args[:4]
+        B = q.shape[0]
+        if family == "mla_sparse_decode":
+            idx = args[4]
+            cap = table.shape[1] * kv_cache.shape[1]
+            rows = mla.gather_rows(kv_cache, table, idx.clamp(0, cap - 1))
+            kv = kv_cache.view(-1, mla.D_QK)[rows].contiguous()
+            mask = (idx >= 0) & (idx < lens[:, None])
+        else:
+            kv = kv_cache[table.long()].reshape(B, -1, mla.D_QK).contiguous()
+            mask = torch.arange(kv.shape[1], device=q.device)[None, :] < lens[:, None]
+        return q, kv, mask, args[-1]
+
+    def plain(q, kv, mask, scale):
+        return mla.plain_attention(q, kv, mask, scale)
+
+    def sdpa(q, kv, mask, scale):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        B, H = q.shape[:2]
+        k = kv[:, None].expand(B, H, kv.shape[1], mla.D_QK)
+        v = kv[:, None, :, :mla.D_LATENT].expand(B, H, kv.shape[1], mla.D_LATENT)
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+            return F.scaled_dot_product_attention(q[:, :, None], k, v, scale=scale)[:, :, 0]
+
+    return prep, plain, sdpa
+
+
+def bench_family(family: str, shapes: list, device: str, smoke: bool, budget_s: float,
+                 workers: int, rec: dict) -> None:
+    import torch
+
+    from kernelsearch.families import get
+    from kernelsearch.harness import timing as tm
+    from kernelsearch.harness.correctness import compare
+    from kernelsearch.harness.verdict import Rejected
+
+    fam = get(family)
+    t_start = time.time()
+    plan = {tuple(s): grid(family, tuple(s), smoke) for s in shapes}
+    errors = {} if device != "cuda" else compile_all(
+        [(family, v, s, c) for s, cs in plan.items() for v, c in cs], workers)
+    prep, plain, sdpa = contiguous_torch(family)
+    rows = rec.setdefault(family, [])
+    for shape in shapes:
+        shape = tuple(shape)
+        if time.time() - t_start > budget_s:
+            log(f"{family}: budget spent, {shape} skipped")
+            rows.append({"shape": list(shape), "skipped": "budget"})
+            continue
+        nbytes = fam.bytes_moved(shape, 2)
+        nsets = 1 if device != "cuda" else min(4, tm.rotations(nbytes, device))
+        sets = input_sets(fam, shape, device, nsets)
+        ref = fam.reference(*sets[0])
+        row = {"shape": list(shape), "floor_us": floor_s(fam, shape) * 1e6,
+               "flops": fam.flops(shape), "bytes": nbytes, "configs": []}
+        best = None
+        for v, cfg in plan[shape]:
+            key = (v, json.dumps(cfg, sort_keys=True))
+            if key in errors:
+                row["configs"].append({"variant": v, "config": cfg, "error": errors[key]})
+                continue
+            fn = forward_of(family, v)
+            kw = dict(cfg)
+            try:
+                out = fn(*sets[0], **kw)
+                compare(out, ref, dtype_for(device), fam, f"{family} {v} {cfg} {shape}")
+                f = (lambda *a, _f=fn, _kw=kw: _f(*a, **_kw))
+                t = time_call(f, sets) if device == "cuda" else 1.0
+            except Rejected as e:
+                row["configs"].append({"variant": v, "config": cfg, "error": e.detail[:300]})
+                continue
+            except Exception as e:  # noqa: BLE001
+                row["configs"].append({"variant": v, "config": cfg,
+                                       "error": f"{type(e).__name__}: {str(e)[:200]}"})
+                continue
+            row["configs"].append({"variant": v, "config": cfg, "us": t * 1e6})
+            if best is None or t < best[0]:
+                best = (t, v, cfg)
+        if best is None:
+            rows.append(row)
+            log(f"{family} {shape}: no config ran")
+            continue
+        t, v, cfg = best
+        row.update(best_variant=v, best_config=cfg, us=t * 1e6,
+                   TFLOPs=fam.flops(shape) / t / 1e12, GBps=nbytes / t / 1e9,
+                   pct_floor=100 * floor_s(fam, shape) / t)
+        # the timed path's output once more (after the graph replays), then the baselines
+        out = forward_of(family, v)(*sets[0], **cfg)
+        compare(out, ref, dtype_for(device), fam, f"{family} best after timing {shape}")
+        del ref
+        if device == "cuda":
+            row["torch_paged_us"] = time_call(fam.torch_default, sets[:1], 5) * 1e6
+            pre = [prep(a) for a in sets[:1]]
+            row["torch_us"] = time_call(plain, pre, 5) * 1e6
+            try:
+                row["sdpa_us"] = time_call(sdpa, pre, 3) * 1e6
+            except Exception as e:  # noqa: BLE001  (SDPA refuses some shapes: recorded)
+                row["sdpa_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+            del pre
+            row["x_torch"] = row["torch_us"] / row["us"]
+            row["x_torch_paged"] = row["torch_paged_us"] / row["us"]
+            if "sdpa_us" in row:
+                row["x_sdpa"] = row["sdpa_us"] / row["us"]
+        rows.append(row)
+        log(f"{family} {'x'.join(map(str, shape))}: {v} {cfg} {row['us']:.1f} us "
+            f"{row['TFLOPs']:.0f} TFLOP/s {row['pct_floor']:.0f}% of floor "
+            f"x{row.get('x_torch', 0):.2f} torch")
+        del sets
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def ceiling(device: str, rec: dict, cfgs: list[dict]) -> None:
+    """The splitkv loop with its parts removed (benchmarks/experiments/mla_ceiling.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "experiments"))
+    import mla_ceiling
+
+    from kernelsearch.families import get
+
+    fam = get("mla_decode")
+    out = rec.setdefault("ceiling", [])
+    for shape, cfg in cfgs:
+        sets = input_sets(fam, shape, device, 1)
+        for mode in mla_ceiling.MODES:
+            try:
+                t = time_call(lambda *a: mla_ceiling.run(mode, *a, **cfg), sets)
+                r = {"shape": list(shape), "config": cfg, "mode": mode, "us": t * 1e6,
+                     "TFLOPs": fam.flops(shape) / t / 1e12}
+            except Exception as e:  # noqa: BLE001
+                r = {"shape": list(shape), "config": cfg, "mode": mode,
+                     "error": f"{type(e).__name__}: {str(e)[:200]}"}
+            out.append(r)
+            log("ceiling", r)
+
+
+def table_md(rec: dict) -> str:
+    lines = []
+    for family in ("mla_decode", "mla_sparse_decode"):
+        if family not in rec:
+            continue
+        lines += [f"\n### {family}\n",
+                  "| shape (B, H, L, page[, topk], R) | best variant, config | us | TFLOP/s | "
+                  "GB/s | % of floor | x torch (contiguous) | x torch (paged) | x SDPA |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rec[family]:
+            if "us" not in r:
+                lines.append(f"| {r['shape']} | {r.get('skipped', 'no config ran')} |"
+                             " | | | | | | |")
+                continue
+            c = r["best_config"]
+            cfg = (f"BH{c['BLOCK_H']} BN{c['BLOCK_N']} G{c['GRID']} S{c['STAGES']} "
+                   f"w{c['num_warps']}")
+            sd = f"{r['x_sdpa']:.2f}" if "x_sdpa" in r else "refused"
+            lines.append(
+                f"| {tuple(r['shape'])} | {r['best_variant']} {cfg} | {r['us']:.1f} | "
+                f"{r['TFLOPs']:.0f} | {r['GBps']:.0f} | {r['pct_floor']:.0f}% | "
+                f"{r.get('x_torch', 0):.2f} | {r.get('x_torch_paged', 0):.2f} | {sd} |")
+    if rec.get("ceiling"):
+        lines += ["\n### Triton ceiling probe (mla_decode splitkv loop, parts removed)\n",
+                  "| shape | config | mode | us | TFLOP/s |", "| --- | --- | --- | --- | --- |"]
+        for r in rec["ceiling"]:
+            lines.append(f"| {tuple(r['shape'])} | {r['config']} | {r['mode']} | "
+                         f"{r.get('us', float('nan')):.1f} | {r.get('TFLOPs', 0):.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--families", default="mla_decode,mla_sparse_decode")
+    ap.add_argument("--budget-s", type=float, default=300.0, help="per family")
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--ceiling", action="store_true")
+    ap.add_argument("--shapes", default="", help="only these sweep shapes, e.g. 64x128x4096x64x0")
+    ap.add_argument("--e2e", default="", help="contexts for the DeepSeek workload, e.g. 4096,32768")
+    ap.add_argument("--e2e-batch", type=int, default=32)
+    ap.add_argument("--table", default="", help="dispatch table for --e2e (default: built here)")
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args(argv)
+    import torch
+
+    from kernelsearch.families import get
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rec: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                 "torch": torch.__version__, "triton": __import__("triton").__version__,
+                 "floor": {"read_Bps": BW, "bf16_flops": PEAK}}
+    only = {tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",") if s}
+    for family in [f for f in a.families.split(",") if f]:
+        fam = get(family)
+        shapes = fam.tiny_shapes[:2] if a.smoke else [
+            s for s in fam.sweep_shapes if not only or tuple(s) in only]
+        if shapes:
+            bench_family(family, shapes, device, a.smoke, a.budget_s, a.workers, rec)
+        (out / "mla.json").write_text(json.dumps(rec, indent=1))
+    if a.ceiling and device == "cuda":
+        best = {tuple(r["shape"]): r["best_config"] for r in rec.get("mla_decode", [])
+                if "best_config" in r and r.get("best_variant") == "splitkv"}
+        probe = [(s, best.get(s, dict(BLOCK_H=64, BLOCK_N=32, GRID=264, STAGES=2,
+                                      num_warps=8)))
+                 for s in [(32, 128, 32768, 64, 0), (64, 128, 4096, 64, 0)]]
+        ceiling(device, rec, probe)
+    (out / "mla.json").write_text(json.dumps(rec, indent=1))
+    md = table_md(rec)
+    (out / "mla.md").write_text(md + "\n")
+    log(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
