@@ -35,6 +35,18 @@ WARPS = [(64, 8), (128, 16)]
 BLOCK_N = [32, 64]
 STAGES = [2, 3]
 GRIDS = [132, 264, 528, 1056]
+# --grid focused: what run 1 (benchmarks/results/mla-h200-run1-*.json) left standing: 64 heads
+# on 8 warps, 64-token tiles, 2 stages (BLOCK_H 128 on 16 warps did not assemble, 32-token
+# tiles lost 30-50%), plus the ideas run 1 did not try (warp specialisation, 128-token tiles)
+FOCUSED = {
+    "mla_decode": [("tma", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, WS=0, num_warps=8)),
+                   ("tma", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, WS=1, num_warps=8)),
+                   ("tma", dict(BLOCK_H=64, BLOCK_N=128, STAGES=1, WS=0, num_warps=8)),
+                   ("splitkv", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, num_warps=8))],
+    "mla_sparse_decode": [("splitkv", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, num_warps=8)),
+                          ("splitkv", dict(BLOCK_H=64, BLOCK_N=32, STAGES=3, num_warps=8))],
+}
+SDPA_MAX_TOKENS = 4 * 2 ** 20  # SDPA over an expanded cache past this takes seconds a call
 
 
 def log(*a, end="\n"):
@@ -62,28 +74,31 @@ def n_splits(family: str, shape, cfg) -> int:
     return -(-tiles // per)
 
 
-def grid(family: str, shape, smoke: bool) -> list[tuple[str, dict]]:
+def grid(family: str, shape, smoke: bool, focused: bool = False) -> list[tuple[str, dict]]:
     """Configs to time at a shape, one per distinct split count (GRID values that give the
     same number of chunks launch the same work)."""
     from kernelsearch.families import get
 
     fam = get(family)
-    out, seen = [], set()
     if smoke:
         return [(v, dict(BLOCK_H=16, BLOCK_N=16, GRID=g, STAGES=1, num_warps=4))
-                for v in VARIANTS[family] for g in (1, 8)]
-    for v in VARIANTS[family]:
-        for (bh, nw) in WARPS:
-            for bn in BLOCK_N:
-                for st in STAGES:
-                    for g in GRIDS:
-                        cfg = dict(BLOCK_H=bh, BLOCK_N=bn, GRID=g, STAGES=st, num_warps=nw)
-                        if not fam.variant(v).valid(cfg, shape):
-                            continue
-                        key = (v, bh, bn, st, nw, n_splits(family, shape, cfg))
-                        if key not in seen:
-                            seen.add(key)
-                            out.append((v, cfg))
+                for v in VARIANTS[family] for g in (132, 264)]
+    if focused:
+        base = [(v, dict(c)) for v, c in FOCUSED[family]]
+    else:
+        base = [(v, dict(BLOCK_H=bh, BLOCK_N=bn, STAGES=st, num_warps=nw))
+                for v in VARIANTS[family] for (bh, nw) in WARPS for bn in BLOCK_N
+                for st in STAGES]
+    out, seen = [], set()
+    for v, c in base:
+        for g in GRIDS:
+            cfg = dict(c, GRID=g)
+            if not fam.variant(v).valid(cfg, shape):
+                continue
+            key = (v, json.dumps(c, sort_keys=True), n_splits(family, shape, cfg))
+            if key not in seen:
+                seen.add(key)
+                out.append((v, cfg))
     return out
 
 
@@ -198,17 +213,17 @@ def contiguous_torch(family: str):
 
 
 def bench_family(family: str, shapes: list, device: str, smoke: bool, budget_s: float,
-                 workers: int, rec: dict) -> None:
+                 workers: int, rec: dict, focused: bool = False) -> None:
     import torch
 
-    from kernelsearch.families import get
+    from kernelsearch.families import get, mla
     from kernelsearch.harness import timing as tm
     from kernelsearch.harness.correctness import compare
     from kernelsearch.harness.verdict import Rejected
 
     fam = get(family)
     t_start = time.time()
-    plan = {tuple(s): grid(family, tuple(s), smoke) for s in shapes}
+    plan = {tuple(s): grid(family, tuple(s), smoke, focused) for s in shapes}
     errors = {} if device != "cuda" else compile_all(
         [(family, v, s, c) for s, cs in plan.items() for v, c in cs], workers)
     prep, plain, sdpa = contiguous_torch(family)
@@ -259,15 +274,26 @@ def bench_family(family: str, shapes: list, device: str, smoke: bool, budget_s: 
         # the timed path's output once more (after the graph replays), then the baselines
         out = forward_of(family, v)(*sets[0], **cfg)
         compare(out, ref, dtype_for(device), fam, f"{family} best after timing {shape}")
-        del ref
+        del ref, out
+        # a table entry covers ragged calls up to this corner: check those too
+        rag = shape[:-1] + (1,)
+        rargs = fam.make_inputs(rag, dtype_for(device), device,
+                                torch.Generator().manual_seed(int(time.time())), "normal")
+        compare(forward_of(family, v)(*rargs, **cfg), fam.reference(*rargs), dtype_for(device),
+                fam, f"{family} best, ragged {rag}")
+        row["ragged_checked"] = list(rag)
+        del rargs
         if device == "cuda":
             row["torch_paged_us"] = time_call(fam.torch_default, sets[:1], 5) * 1e6
             pre = [prep(a) for a in sets[:1]]
             row["torch_us"] = time_call(plain, pre, 5) * 1e6
-            try:
-                row["sdpa_us"] = time_call(sdpa, pre, 3) * 1e6
-            except Exception as e:  # noqa: BLE001  (SDPA refuses some shapes: recorded)
-                row["sdpa_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+            if fam.bytes_moved(shape, 2) / (mla.D_QK * 2) > SDPA_MAX_TOKENS:
+                row["sdpa_error"] = "not run (past SDPA_MAX_TOKENS)"
+            else:
+                try:
+                    row["sdpa_us"] = time_call(sdpa, pre, 3) * 1e6
+                except Exception as e:  # noqa: BLE001  (SDPA refuses some shapes: recorded)
+                    row["sdpa_error"] = f"{type(e).__name__}: {str(e)[:160]}"
             del pre
             row["x_torch"] = row["torch_us"] / row["us"]
             row["x_torch_paged"] = row["torch_paged_us"] / row["us"]
@@ -305,6 +331,113 @@ def ceiling(device: str, rec: dict, cfgs: list[dict]) -> None:
             log("ceiling", r)
 
 
+def build_table(rec: dict) -> dict:
+    """Dispatch entries from the sweep: one cell per (B, L) between grid values, each with the
+    config that won at the cell's top corner (B_hi, L_hi), where that config was checked (full
+    and ragged lengths) and timed. A cell whose corner was not measured, or where the kernel
+    did not beat the torch path the dispatcher falls back to, gets no entry: torch runs there."""
+    from kernelsearch.families import get
+
+    entries, cells = [], []
+    for family in ("mla_decode", "mla_sparse_decode"):
+        rows = {tuple(r["shape"]): r for r in rec.get(family, []) if "us" in r}
+        if not rows:
+            continue
+        fam = get(family)
+        # the grid: the batches and contexts the sweep crosses with each other
+        sweep = [tuple(x) for x in fam.sweep_shapes]
+        bs = sorted({x[0] for x in sweep})
+        ls = sorted({x[2] for x in sweep})
+        bs = [b for b in bs if all(any(x[0] == b and x[2] == n for x in sweep) for n in ls)
+              or sum(x[0] == b for x in sweep) > 2]
+        ls = [n for n in ls if all(any(x[0] == b and x[2] == n for x in sweep) for b in bs)]
+        for bi, b in enumerate(bs):
+            for li, n in enumerate(ls):
+                corner = next((s for s in rows if s[0] == b and s[2] == n), None)
+                b_lo = 1 if bi == 0 else bs[bi - 1] + 1
+                l_lo = 1 if li == 0 else ls[li - 1] + 1
+                cell = {"family": family, "B": [b_lo, b], "L": [l_lo, n]}
+                if corner is None:
+                    cells.append(dict(cell, entry="none: corner not measured"))
+                    continue
+                r = rows[corner]
+                base = r.get("torch_paged_us")
+                if base is None or base <= r["us"]:
+                    cells.append(dict(cell, entry=f"none: torch faster ({base} us vs "
+                                                  f"{r['us']:.1f} us)"))
+                    continue
+                dims = fam.dims_dict(corner)
+                entries.append({
+                    "family": family, "dtype": "bfloat16",
+                    "match": {k: dims[k] for k in fam.exact_dims},
+                    "ranges": {"B": [b_lo, b], "L": [l_lo, n]},
+                    "variant": r["best_variant"], "config": r["best_config"],
+                    "speedup": base / r["us"],
+                    "measured": [{"shape": list(corner), "time_us": r["us"],
+                                  "baseline_us": base, "pct_floor": r["pct_floor"]},
+                                 {"range_ends_checked": [list(corner), r["ragged_checked"]]}]})
+                cells.append(dict(cell, entry=f"{r['best_variant']} x{base / r['us']:.2f}"))
+    return {"version": 1, "device": rec.get("device", ""),
+            "meta": {"source": "benchmarks/bench_mla.py", "torch": rec.get("torch"),
+                     "triton": rec.get("triton"),
+                     "covers": "B 1-128 and L 1-163840 (the model's maximum) at 128 heads, page "
+                               "64; fp16, other pages and head counts run torch",
+                     "cells": cells},
+            "entries": entries}
+
+
+def run_e2e(contexts: list[int], batch: int, table: dict, rec: dict, steps: int = 10,
+            repeats: int = 3, presets=("deepseek-v3-3l", "deepseek-v3.2-3l"),
+            device: str = "cuda") -> None:
+    """DeepSeek-V3's three layers (and its V3.2 form), decode tokens/s at each context, plain
+    torch vs the table's kernels, both replayed as CUDA graphs; outputs of the two compared."""
+    import statistics
+
+    import torch
+
+    from kernelsearch import dispatch
+    from tuner.workloads.deepseek import DeepSeek, DeepSeekConfig
+    from tuner.workloads.llama import DecodeRunner, Runtime, rel_err
+
+    out = rec.setdefault("e2e", [])
+    for preset in presets:
+        model = DeepSeek(DeepSeekConfig.preset(preset), device)
+        for ctx in contexts:
+            t0 = time.time()
+            row = {"model": preset, "batch": batch, "ctx": ctx}
+            try:
+                cache = model.new_cache(batch, ctx + 1)
+                with torch.no_grad():
+                    dispatch.install(None)
+                    plain = DecodeRunner(model, Runtime(use_dispatch=False), batch, ctx, cache)
+                    plain.prepare()
+                    ref = plain.step().clone()
+                    tp = [plain.tokens_per_s(steps) for _ in range(repeats)]
+                    del plain
+                    dispatch.install(table)
+                    s0 = dispatch.stats()
+                    tuned = DecodeRunner(model, Runtime(), batch, ctx, cache, dispatch)
+                    tuned.prepare()
+                    got = tuned.step().clone()
+                    s1 = dispatch.stats()
+                    tt = [tuned.tokens_per_s(steps) for _ in range(repeats)]
+                    del tuned
+                    dispatch.install(None)
+                row.update(plain_tok_s=statistics.median(tp), tuned_tok_s=statistics.median(tt),
+                           speedup=statistics.median(tt) / statistics.median(tp),
+                           logits_rel_err=rel_err(got, ref),
+                           kernel_calls_in_capture={k: s1[k] - s0[k] for k in s1},
+                           seconds=time.time() - t0)
+            except Exception as e:  # noqa: BLE001  (an OOM at one size must not lose the rest)
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            out.append(row)
+            log("e2e", row)
+            del cache
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        del model
+
+
 def table_md(rec: dict) -> str:
     lines = []
     for family in ("mla_decode", "mla_sparse_decode"):
@@ -327,6 +460,18 @@ def table_md(rec: dict) -> str:
                 f"| {tuple(r['shape'])} | {r['best_variant']} {cfg} | {r['us']:.1f} | "
                 f"{r['TFLOPs']:.0f} | {r['GBps']:.0f} | {r['pct_floor']:.0f}% | "
                 f"{r.get('x_torch', 0):.2f} | {r.get('x_torch_paged', 0):.2f} | {sd} |")
+    if rec.get("e2e"):
+        lines += ["\n### DeepSeek-V3 first three layers, decode (CUDA graphs)\n",
+                  "| model | batch | context | plain torch tok/s | tuned tok/s | x | logits rel err |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rec["e2e"]:
+            if "error" in r:
+                lines.append(f"| {r['model']} | {r['batch']} | {r['ctx']} | {r['error']} |"
+                             " | | |")
+                continue
+            lines.append(f"| {r['model']} | {r['batch']} | {r['ctx']} | {r['plain_tok_s']:.0f} | "
+                         f"{r['tuned_tok_s']:.0f} | {r['speedup']:.2f} | "
+                         f"{r['logits_rel_err']:.2e} |")
     if rec.get("ceiling"):
         lines += ["\n### Triton ceiling probe (mla_decode splitkv loop, parts removed)\n",
                   "| shape | config | mode | us | TFLOP/s |", "| --- | --- | --- | --- | --- |"]
@@ -347,6 +492,7 @@ def main(argv=None) -> int:
     ap.add_argument("--e2e", default="", help="contexts for the DeepSeek workload, e.g. 4096,32768")
     ap.add_argument("--e2e-batch", type=int, default=32)
     ap.add_argument("--table", default="", help="dispatch table for --e2e (default: built here)")
+    ap.add_argument("--grid", choices=["full", "focused"], default="full")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
     import torch
@@ -365,16 +511,22 @@ def main(argv=None) -> int:
         shapes = fam.tiny_shapes[:2] if a.smoke else [
             s for s in fam.sweep_shapes if not only or tuple(s) in only]
         if shapes:
-            bench_family(family, shapes, device, a.smoke, a.budget_s, a.workers, rec)
+            bench_family(family, shapes, device, a.smoke, a.budget_s, a.workers, rec,
+                         focused=a.grid == "focused")
         (out / "mla.json").write_text(json.dumps(rec, indent=1))
     if a.ceiling and device == "cuda":
-        best = {tuple(r["shape"]): r["best_config"] for r in rec.get("mla_decode", [])
-                if "best_config" in r and r.get("best_variant") == "splitkv"}
-        probe = [(s, best.get(s, dict(BLOCK_H=64, BLOCK_N=32, GRID=264, STAGES=2,
-                                      num_warps=8)))
-                 for s in [(32, 128, 32768, 64, 0), (64, 128, 4096, 64, 0)]]
+        # the loop of the winning tiles (64 heads, 64 tokens, 2 stages, 8 warps): pointer loads
+        # in `full`/`nosoftmax`; `noload`/`dotonly` load nothing in the loop at all
+        probe = [((32, 128, 32768, 64, 0), dict(BLOCK_H=64, BLOCK_N=64, GRID=1056, STAGES=2,
+                                                num_warps=8))]
         ceiling(device, rec, probe)
     (out / "mla.json").write_text(json.dumps(rec, indent=1))
+    table = json.loads(Path(a.table).read_text()) if a.table else build_table(rec)
+    if not a.table:
+        (out / "h200-mla.json").write_text(json.dumps(table, indent=1))
+    if a.e2e and device == "cuda":
+        run_e2e([int(x) for x in a.e2e.split(",")], a.e2e_batch, table, rec)
+        (out / "mla.json").write_text(json.dumps(rec, indent=1))
     md = table_md(rec)
     (out / "mla.md").write_text(md + "\n")
     log(md)

@@ -14,10 +14,10 @@ HERE = Path(__file__).parent
 H = 128  # DeepSeek-V3's heads (one GPU holds all of them; tensor parallel 8 gives 16)
 
 # (B, H, L, page, R): L the context (capacity), R 0 = every sequence at L, 1 = ragged
-SWEEP = [(64, H, 4096, 64, 0), (32, H, 32768, 64, 0), (8, H, 131072, 64, 0),
-         (128, H, 2048, 64, 0), (128, H, 8192, 64, 0), (16, H, 16384, 64, 0),
-         (4, H, 163840, 64, 0), (1, H, 163840, 64, 0), (1, H, 4096, 64, 0), (8, H, 4096, 64, 0),
-         (32, H, 4096, 64, 0), (32, H, 131072, 64, 0)]
+# the table's grid: every (B, L) corner a dispatch range ends on, plus the issue's shapes
+SWEEP = ([(b, H, n, 64, 0) for b in (1, 4, 16, 32, 64, 128)
+          for n in (4096, 16384, 32768, 131072, 163840)]
+         + [(8, H, 4096, 64, 0), (8, H, 131072, 64, 0), (128, H, 2048, 64, 0)])
 SEARCH = [(64, H, 4096, 64, 0), (32, H, 32768, 64, 0), (8, H, 131072, 64, 0),
           (128, H, 2048, 64, 0), (1, H, 163840, 64, 0), (8, H, 4096, 64, 0)]
 # never searched: ragged lengths, other page sizes, odd contexts just past a page and a split
@@ -83,14 +83,14 @@ def flops(s):
 def _valid(cfg, shape):
     """A head block no larger than needed (masked heads are wasted tensor-core rows, 16 is
     tl.dot's least M); the [BLOCK_H, 512] fp32 accumulator at most 128 registers a thread; the
-    loaded K tiles of every stage within shared memory."""
+    loaded K tiles of every stage and q within the 227 KiB of shared memory a program gets."""
     nh = shape[1]
     bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
     if bh > max(16, 1 << (nh - 1).bit_length()):
         return False
     if bh * 512 // (32 * cfg["num_warps"]) > 128:
         return False
-    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 220 * 1024
+    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 227 * 1024
 
 
 FAMILY = Family(
@@ -103,8 +103,8 @@ FAMILY = Family(
                             "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
                             "num_warps": [4, 8, 16]}, _valid),
         "tma": Variant("tma", HERE / "tma.py",
-                       {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
-                        "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
+                       {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128],
+                        "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3], "WS": [0, 1],
                         "num_warps": [4, 8, 16]}, _valid),
     },
     search_shapes=SEARCH,

@@ -3,7 +3,8 @@ tile in one tl.dot, chunks merged by log-sum-exp), but a whole tile of BLOCK_N t
 page when BLOCK_N divides the page size, so it is fetched by the tensor-memory accelerator from
 device-built descriptors over the cache as [num_blocks * page, 576] rows (boxes of at most 256
 columns: the 512 latent columns as two halves, the 64 rope columns as a third) instead of
-per-row pointer loads. The last, partial tile of a chunk and pages smaller than BLOCK_N take
+per-row pointer loads; WS=1 asks Triton to warp-specialise that loop (producer warps issue
+the copies, consumer warps run the dots and the softmax). The last, partial tile of a chunk and pages smaller than BLOCK_N take
 masked pointer loads, so every shape is computed by this file's kernels."""
 import torch
 import triton
@@ -26,11 +27,11 @@ def _step(qn0, qn1, qp, k0, k1, kp, ok, m_i, l_i, acc0, acc1, qk_scale):
     return m_new, l_i, acc0, acc1
 
 
-@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
+@triton.jit(do_not_specialize=["n_splits", "sbt"])  # one binary for any split count and table width
 def _tma_partial(Q, KV, BT, SL, O, Op, Lp, H, n_rows, n_splits, split_len, qk_scale,
                  sqb, sqh, sbt, sob, soh,
                  PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                 STAGES: tl.constexpr, ONE: tl.constexpr, TMA: tl.constexpr):
+                 STAGES: tl.constexpr, ONE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -58,7 +59,7 @@ def _tma_partial(Q, KV, BT, SL, O, Op, Lp, H, n_rows, n_splits, split_len, qk_sc
         dr = tl.make_tensor_descriptor(KV, shape=[n_rows, 576], strides=[576, 1],
                                        block_shape=[BLOCK_N, 64])
         ok = tl.full([BLOCK_N], 1, tl.int1)
-        for n0 in tl.range(start, full_end, BLOCK_N, num_stages=STAGES):
+        for n0 in tl.range(start, full_end, BLOCK_N, num_stages=STAGES, warp_specialize=WS):
             r0 = tl.load(bt + n0 // PAGE) * PAGE + n0 % PAGE
             k0 = dn.load([r0, 0])
             k1 = dn.load([r0, 256])
@@ -93,7 +94,7 @@ def _tma_partial(Q, KV, BT, SL, O, Op, Lp, H, n_rows, n_splits, split_len, qk_sc
                  mask=hmask[:, None])
 
 
-@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
+@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count and table width
 def _tma_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
     bh = tl.program_id(0)
     b = bh // H
@@ -113,7 +114,7 @@ def _tma_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
 
 
 def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLOCK_N: int = 64,
-            GRID: int = 264, STAGES: int = 2, num_warps: int = 8):
+            GRID: int = 264, STAGES: int = 2, WS: int = 0, num_warps: int = 8):
     B, H = q.shape[0], q.shape[1]
     page = kv_cache.shape[1]
     cap = block_table.shape[1] * page
@@ -132,7 +133,7 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLO
         per * BLOCK_N, scale * 1.4426950408889634, q.stride(0), q.stride(1),
         block_table.stride(0), out.stride(0), out.stride(1),
         PAGE=page, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one,
-        TMA=page % BLOCK_N == 0, num_warps=num_warps)
+        TMA=page % BLOCK_N == 0, WS=bool(WS), num_warps=num_warps)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
         _tma_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0), out.stride(1),

@@ -16,8 +16,8 @@ TOPK = 2048  # DeepSeek-V3.2's index_topk
 
 # (B, H, L, page, topk, R): L the context (capacity), R 0 = every sequence at L with
 # min(topk, L) tokens selected, 1 = ragged lengths and fewer valid indices than topk
-SWEEP = [(64, H, 4096, 64, TOPK, 0), (32, H, 32768, 64, TOPK, 0), (8, H, 131072, 64, TOPK, 0),
-         (128, H, 8192, 64, TOPK, 0), (1, H, 163840, 64, TOPK, 0), (16, H, 65536, 64, TOPK, 0)]
+SWEEP = ([(b, H, n, 64, TOPK, 0) for b in (1, 4, 16, 32, 64, 128) for n in (4096, 32768, 163840)]
+         + [(8, H, 131072, 64, TOPK, 0)])
 SEARCH = [(64, H, 4096, 64, TOPK, 0), (32, H, 32768, 64, TOPK, 0), (8, H, 131072, 64, TOPK, 0),
           (128, H, 8192, 64, TOPK, 0), (1, H, 163840, 64, TOPK, 0)]
 HELDOUT = [(7, H, 5000, 64, TOPK, 1), (3, H, 1500, 16, TOPK, 1), (2, H, 40961, 1, TOPK, 1),
@@ -111,7 +111,7 @@ def _valid(cfg, shape):
         return False
     if bh * 512 // (32 * cfg["num_warps"]) > 128:
         return False
-    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 220 * 1024
+    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 227 * 1024
 
 
 FAMILY = Family(

@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
+@triton.jit(do_not_specialize=["n_splits", "sbt"])  # one binary for any split count and table width
 def _sparse_partial(Q, KV, BT, SL, IDX, O, Op, Lp, H, topk, cap, n_splits, split_len, qk_scale,
                     sqb, sqh, sbt, sib, sob, soh,
                     PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -63,7 +63,7 @@ def _sparse_partial(Q, KV, BT, SL, IDX, O, Op, Lp, H, topk, cap, n_splits, split
                  mask=hmask[:, None])
 
 
-@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
+@triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count and table width
 def _sparse_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
     bh = tl.program_id(0)
     b = bh // H
