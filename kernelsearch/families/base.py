@@ -66,6 +66,10 @@ class Family:
     # runs a table kernel only on that layout and hands any other to torch.
     layout_of: Optional[Callable[..., str]] = None
     layout: str = ""
+    # ref -> the per-element scale atol is relative to (default: the RMS of the whole
+    # reference). Families whose output holds independent problems of very different
+    # magnitudes (attention over ragged lengths: one token vs 128k) give each its own.
+    scale_of: Optional[Callable[[Any], Any]] = None
 
     def tolerance(self, dtype: str) -> tuple[float, float, float]:
         return TOLERANCES[dtype]

@@ -106,3 +106,10 @@ def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int
         raise ValueError("mla: block_table and seq_lens must be int32")
     page = kv_cache.shape[1]
     return B, q.shape[1], block_table.shape[1] * page, page
+
+
+def per_sequence_rms(ref):
+    """Each sequence's own output scale (Family.scale_of): a ragged batch mixes one-token
+    sequences (outputs O(1)) with 128k-token ones (outputs ~1e-2), and the bf16 rounding of p
+    errs in proportion to each sequence's own values."""
+    return ref.pow(2).mean(dim=(1, 2), keepdim=True).sqrt()

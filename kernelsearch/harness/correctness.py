@@ -51,7 +51,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype: str, family: Family, wh
                     "(poisoned and never written, or NaN computed)")
     if not torch.isfinite(o).all():
         raise _fail("non_finite", f"{where}: output has inf where the reference is finite")
-    scale = max(float(ref.pow(2).mean().sqrt()), 1e-30)
+    scale = (family.scale_of(ref).clamp_min(1e-30) if family.scale_of is not None
+             else max(float(ref.pow(2).mean().sqrt()), 1e-30))
     err = (o - ref).abs()
     bad = err > atol * scale + rtol * ref.abs()
     rel = float((o - ref).norm() / max(float(ref.norm()), 1e-30))

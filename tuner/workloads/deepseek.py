@@ -133,13 +133,14 @@ class DeepSeek:
             kvb = L["wkv_b"].t().view(H, c.nope_dim + c.v_dim, c.kv_lora)
             L["w_uk"] = kvb[:, :c.nope_dim]
             L["w_uv_t"] = kvb[:, c.nope_dim:].transpose(1, 2)
-            if c.sparse:
-                L["wi_q"] = linear(c.q_lora, c.index_heads * c.index_dim)
-                L["wi_k"] = linear(c.dim, c.index_dim)
-                L["wi_w"] = linear(c.dim, c.index_heads)
             self.layers.append(L)
         self.final_norm = norm_w(c.dim)
         self.lm_head = linear(c.dim, c.vocab)
+        if c.sparse:  # drawn last: the V3.2 form shares every other weight with V3's
+            for L in self.layers:
+                L["wi_q"] = linear(c.q_lora, c.index_heads * c.index_dim)
+                L["wi_k"] = linear(c.dim, c.index_dim)
+                L["wi_w"] = linear(c.dim, c.index_heads)
         self._rope: Optional[tuple[Any, Any]] = None
         self._fused = False
 

@@ -122,4 +122,5 @@ FAMILY = Family(
     exact_dims=("H", "P"),
     range_dims=("B", "L"),
     bound="compute",
+    scale_of=mla.per_sequence_rms,
 )

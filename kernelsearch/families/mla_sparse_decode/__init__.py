@@ -139,4 +139,5 @@ FAMILY = Family(
     exact_dims=("H", "P", "TOPK"),
     range_dims=("B", "L"),
     bound="compute",
+    scale_of=mla.per_sequence_rms,
 )
