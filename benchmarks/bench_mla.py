@@ -216,10 +216,7 @@ def bench_family(family: str, shapes: list, device: str, smoke: bool, budget_s: 
                  workers: int, rec: dict, focused: bool = False) -> None:
     import torch
 
-    from kernelsearch.families import get, mla
-    from kernelsearch.harness import timing as tm
-    from kernelsearch.harness.correctness import compare
-    from kernelsearch.harness.verdict import Rejected
+    from kernelsearch.families import get
 
     fam = get(family)
     t_start = time.time()
@@ -234,81 +231,105 @@ def bench_family(family: str, shapes: list, device: str, smoke: bool, budget_s: 
             log(f"{family}: budget spent, {shape} skipped")
             rows.append({"shape": list(shape), "skipped": "budget"})
             continue
-        nbytes = fam.bytes_moved(shape, 2)
-        nsets = 1 if device != "cuda" else min(4, tm.rotations(nbytes, device))
-        sets = input_sets(fam, shape, device, nsets)
-        ref = fam.reference(*sets[0])
-        row = {"shape": list(shape), "floor_us": floor_s(fam, shape) * 1e6,
-               "flops": fam.flops(shape), "bytes": nbytes, "configs": []}
-        best = None
-        for v, cfg in plan[shape]:
-            key = (v, json.dumps(cfg, sort_keys=True))
-            if key in errors:
-                row["configs"].append({"variant": v, "config": cfg, "error": errors[key]})
-                continue
-            fn = forward_of(family, v)
-            kw = dict(cfg)
-            try:
-                out = fn(*sets[0], **kw)
-                compare(out, ref, dtype_for(device), fam, f"{family} {v} {cfg} {shape}")
-                f = (lambda *a, _f=fn, _kw=kw: _f(*a, **_kw))
-                t = time_call(f, sets) if device == "cuda" else 1.0
-            except Rejected as e:
-                row["configs"].append({"variant": v, "config": cfg, "error": e.detail[:300]})
-                continue
-            except Exception as e:  # noqa: BLE001
-                row["configs"].append({"variant": v, "config": cfg,
-                                       "error": f"{type(e).__name__}: {str(e)[:200]}"})
-                continue
-            row["configs"].append({"variant": v, "config": cfg, "us": t * 1e6})
-            if best is None or t < best[0]:
-                best = (t, v, cfg)
-        if best is None:
-            rows.append(row)
-            log(f"{family} {shape}: no config ran")
-            continue
-        t, v, cfg = best
-        row.update(best_variant=v, best_config=cfg, us=t * 1e6,
-                   TFLOPs=fam.flops(shape) / t / 1e12, GBps=nbytes / t / 1e9,
-                   pct_floor=100 * floor_s(fam, shape) / t)
-        # the timed path's output once more (after the graph replays), then the baselines
-        out = forward_of(family, v)(*sets[0], **cfg)
-        compare(out, ref, dtype_for(device), fam, f"{family} best after timing {shape}")
-        del ref, out
-        # a table entry covers ragged calls up to this corner: check those too
-        rag = shape[:-1] + (1,)
-        rargs = fam.make_inputs(rag, dtype_for(device), device,
-                                torch.Generator().manual_seed(int(time.time())), "normal")
         try:
-            compare(forward_of(family, v)(*rargs, **cfg), fam.reference(*rargs),
-                    dtype_for(device), fam, f"{family} best, ragged {rag}")
-            row["ragged_checked"] = list(rag)
-        except Rejected as e:  # no table entry for this cell (build_table reads this)
-            row["ragged_error"] = e.detail[:300]
-        del rargs
-        if device == "cuda":
-            row["torch_paged_us"] = time_call(fam.torch_default, sets[:1], 5) * 1e6
-            pre = [prep(a) for a in sets[:1]]
-            row["torch_us"] = time_call(plain, pre, 5) * 1e6
-            if fam.bytes_moved(shape, 2) / (mla.D_QK * 2) > SDPA_MAX_TOKENS:
-                row["sdpa_error"] = "not run (past SDPA_MAX_TOKENS)"
-            else:
-                try:
-                    row["sdpa_us"] = time_call(sdpa, pre, 3) * 1e6
-                except Exception as e:  # noqa: BLE001  (SDPA refuses some shapes: recorded)
-                    row["sdpa_error"] = f"{type(e).__name__}: {str(e)[:160]}"
-            del pre
-            row["x_torch"] = row["torch_us"] / row["us"]
-            row["x_torch_paged"] = row["torch_paged_us"] / row["us"]
-            if "sdpa_us" in row:
-                row["x_sdpa"] = row["sdpa_us"] / row["us"]
-        rows.append(row)
-        log(f"{family} {'x'.join(map(str, shape))}: {v} {cfg} {row['us']:.1f} us "
-            f"{row['TFLOPs']:.0f} TFLOP/s {row['pct_floor']:.0f}% of floor "
-            f"x{row.get('x_torch', 0):.2f} torch")
-        del sets
+            _bench_shape(family, fam, shape, plan[shape], errors, device, rows, prep, plain,
+                         sdpa)
+        except torch.cuda.OutOfMemoryError as e:  # one size must not lose the others
+            rows.append({"shape": list(shape), "skipped": f"out of memory: {str(e)[:120]}"})
+            log(f"{family} {shape}: out of memory")
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _bench_shape(family, fam, shape, configs, errors, device, rows, prep, plain, sdpa):
+    import torch
+
+    from kernelsearch.families import mla
+    from kernelsearch.harness import timing as tm
+    from kernelsearch.harness.correctness import compare
+    from kernelsearch.harness.verdict import Rejected
+
+    nbytes = fam.bytes_moved(shape, 2)
+    nsets = 1 if device != "cuda" else min(4, tm.rotations(nbytes, device))
+    sets = input_sets(fam, shape, device, nsets)
+    ref = fam.reference(*sets[0])
+    row = {"shape": list(shape), "floor_us": floor_s(fam, shape) * 1e6,
+           "flops": fam.flops(shape), "bytes": nbytes, "configs": []}
+    best = None
+    for v, cfg in configs:
+        key = (v, json.dumps(cfg, sort_keys=True))
+        if key in errors:
+            row["configs"].append({"variant": v, "config": cfg, "error": errors[key]})
+            continue
+        fn = forward_of(family, v)
+        kw = dict(cfg)
+        try:
+            out = fn(*sets[0], **kw)
+            compare(out, ref, dtype_for(device), fam, f"{family} {v} {cfg} {shape}")
+            f = (lambda *a, _f=fn, _kw=kw: _f(*a, **_kw))
+            t = time_call(f, sets) if device == "cuda" else 1.0
+        except Rejected as e:
+            row["configs"].append({"variant": v, "config": cfg, "error": e.detail[:300]})
+            continue
+        except Exception as e:  # noqa: BLE001
+            row["configs"].append({"variant": v, "config": cfg,
+                                   "error": f"{type(e).__name__}: {str(e)[:200]}"})
+            continue
+        row["configs"].append({"variant": v, "config": cfg, "us": t * 1e6})
+        if best is None or t < best[0]:
+            best = (t, v, cfg)
+    if best is None:
+        rows.append(row)
+        log(f"{family} {shape}: no config ran")
+        return
+    t, v, cfg = best
+    row.update(best_variant=v, best_config=cfg, us=t * 1e6,
+               TFLOPs=fam.flops(shape) / t / 1e12, GBps=nbytes / t / 1e9,
+               pct_floor=100 * floor_s(fam, shape) / t)
+    # the timed path's output once more (after the graph replays), then the baselines
+    out = forward_of(family, v)(*sets[0], **cfg)
+    compare(out, ref, dtype_for(device), fam, f"{family} best after timing {shape}")
+    del ref, out
+    base_sets = sets[:1]
+    del sets
+    # a table entry covers ragged calls up to this corner: check those too
+    rag = shape[:-1] + (1,)
+    rargs = fam.make_inputs(rag, dtype_for(device), device,
+                            torch.Generator().manual_seed(int(time.time())), "normal")
+    try:
+        compare(forward_of(family, v)(*rargs, **cfg), fam.reference(*rargs),
+                dtype_for(device), fam, f"{family} best, ragged {rag}")
+        row["ragged_checked"] = list(rag)
+    except Rejected as e:  # no table entry for this cell (build_table reads this)
+        row["ragged_error"] = e.detail[:300]
+    del rargs
+    if device == "cuda":
+        sets = base_sets
+        try:
+            row["torch_paged_us"] = time_call(fam.torch_default, sets, 5) * 1e6
+            pre = [prep(a) for a in sets]
+            row["torch_us"] = time_call(plain, pre, 5) * 1e6
+        except torch.cuda.OutOfMemoryError:  # the torch path itself does not fit
+            row["torch_error"] = "out of memory"
+            pre = []
+            torch.cuda.empty_cache()
+        if fam.bytes_moved(shape, 2) / (mla.D_QK * 2) > SDPA_MAX_TOKENS:
+            row["sdpa_error"] = "not run (past SDPA_MAX_TOKENS)"
+        else:
+            try:
+                row["sdpa_us"] = time_call(sdpa, pre, 3) * 1e6
+            except Exception as e:  # noqa: BLE001  (SDPA refuses some shapes: recorded)
+                row["sdpa_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+        del pre
+        if "torch_us" in row:
+            row["x_torch"] = row["torch_us"] / row["us"]
+            row["x_torch_paged"] = row["torch_paged_us"] / row["us"]
+        if "sdpa_us" in row:
+            row["x_sdpa"] = row["sdpa_us"] / row["us"]
+    rows.append(row)
+    log(f"{family} {'x'.join(map(str, shape))}: {v} {cfg} {row['us']:.1f} us "
+        f"{row['TFLOPs']:.0f} TFLOP/s {row['pct_floor']:.0f}% of floor "
+        f"x{row.get('x_torch', 0):.2f} torch")
 
 
 def ceiling(device: str, rec: dict, cfgs: list[dict]) -> None:
@@ -369,6 +390,8 @@ def build_table(rec: dict) -> dict:
                                                   + r.get("ragged_error", "not run")))
                     continue
                 base = r.get("torch_paged_us")
+                if base is None and r.get("torch_error"):
+                    base = float("inf")  # the torch path does not fit: the kernel is the path
                 if base is None or base <= r["us"]:
                     cells.append(dict(cell, entry=f"none: torch faster ({base} us vs "
                                                   f"{r['us']:.1f} us)"))
@@ -379,7 +402,7 @@ def build_table(rec: dict) -> dict:
                     "match": {k: dims[k] for k in fam.exact_dims},
                     "ranges": {"B": [b_lo, b], "L": [l_lo, n]},
                     "variant": r["best_variant"], "config": r["best_config"],
-                    "speedup": base / r["us"],
+                    "speedup": base / r["us"] if base != float("inf") else None,
                     "measured": [{"shape": list(corner), "time_us": r["us"],
                                   "baseline_us": base, "pct_floor": r["pct_floor"]},
                                  {"range_ends_checked": [list(corner), r["ragged_checked"]]}]})
@@ -395,7 +418,7 @@ def build_table(rec: dict) -> dict:
 
 def run_e2e(contexts: list[int], batch: int, table: dict, rec: dict, steps: int = 10,
             repeats: int = 3, presets=("deepseek-v3-3l", "deepseek-v3.2-3l"),
-            device: str = "cuda") -> None:
+            device: str = "cuda", save=None) -> None:
     """DeepSeek-V3's three layers (and its V3.2 form), decode tokens/s at each context, plain
     torch vs the table's kernels, both replayed as CUDA graphs; outputs of the two compared."""
     import statistics
@@ -439,6 +462,8 @@ def run_e2e(contexts: list[int], batch: int, table: dict, rec: dict, steps: int 
                 row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             out.append(row)
             log("e2e", row)
+            if save is not None:  # a size cut off by the time limit loses nothing before it
+                save()
             del cache
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -532,7 +557,8 @@ def main(argv=None) -> int:
     if not a.table:
         (out / "h200-mla.json").write_text(json.dumps(table, indent=1))
     if a.e2e and device == "cuda":
-        run_e2e([int(x) for x in a.e2e.split(",")], a.e2e_batch, table, rec)
+        run_e2e([int(x) for x in a.e2e.split(",")], a.e2e_batch, table, rec,
+                save=lambda: (out / "mla.json").write_text(json.dumps(rec, indent=1)))
         (out / "mla.json").write_text(json.dumps(rec, indent=1))
     md = table_md(rec)
     (out / "mla.md").write_text(md + "\n")

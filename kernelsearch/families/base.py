@@ -124,7 +124,9 @@ def randn(shape, dtype, device, gen, dist: str, scale: float = 1.0):
         t = torch.randn(shape, **kw) * 1e-2 + 1e-3
     else:
         raise ValueError(f"unknown distribution {dist!r}; expected one of {DISTRIBUTIONS}")
-    return (t * scale).to(dtype=dtype_of(dtype) if isinstance(dtype, str) else dtype)
+    if scale != 1.0:  # no second float32 copy otherwise (GPU-sized caches are tens of GB)
+        t = t * scale
+    return t.to(dtype=dtype_of(dtype) if isinstance(dtype, str) else dtype)
 
 
 def pow2_at_least(n: int) -> int:
