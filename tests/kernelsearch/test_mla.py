@@ -139,7 +139,7 @@ def test_dispatch_runs_the_table_kernel_inside_its_range_and_torch_outside():
 
 def test_tolerance_is_per_sequence_so_long_contexts_are_not_drowned_by_short_ones():
     """A ragged batch: a one-token sequence (outputs O(1)) beside a long one (outputs ~1e-2).
-    An error of 30% of the long sequence's own scale is far under the batch's RMS, so a global
+    An error of 20% of the long sequence's own scale is far under the batch's RMS, so a global
     atol would pass it; the family's per-sequence scale rejects it, and still accepts bf16-sized
     rounding on the short one."""
     from kernelsearch.harness.verdict import Rejected
@@ -148,7 +148,7 @@ def test_tolerance_is_per_sequence_so_long_contexts_are_not_drowned_by_short_one
     ref = torch.randn(2, 16, 512, generator=g, dtype=torch.float64)
     ref[1] *= 0.01
     bad = ref.clone()
-    bad[1] += 0.3 * 0.01 * torch.randn(16, 512, generator=g, dtype=torch.float64)
+    bad[1] += 0.2 * 0.01 * torch.randn(16, 512, generator=g, dtype=torch.float64)
     with pytest.raises(Rejected, match="tolerance"):
         compare(bad.float(), ref, "bfloat16", DENSE, "per-sequence")
     ok = ref * (1 + 4e-3 * torch.randn(ref.shape, generator=g, dtype=torch.float64))
