@@ -470,6 +470,30 @@ def run_e2e(contexts: list[int], batch: int, table: dict, rec: dict, steps: int 
         del model
 
 
+def sparse_order(device: str, rec: dict) -> None:
+    """Does the order of the selected positions matter? The same inputs with each row's
+    indices as the indexer leaves them (random order) and sorted by position (-1 first)."""
+    import torch
+
+    from kernelsearch.families import get
+
+    fam = get("mla_sparse_decode")
+    cfg = dict(BLOCK_H=64, BLOCK_N=64, GRID=132, STAGES=2, num_warps=8)
+    fn = forward_of("mla_sparse_decode", "splitkv")
+    out = rec.setdefault("sparse_order", [])
+    for shape in [(64, 128, 4096, 64, 2048, 0), (64, 128, 163840, 64, 2048, 0),
+                  (128, 128, 32768, 64, 2048, 0)]:
+        args = input_sets(fam, shape, device, 1)[0]
+        srt = args[:4] + (torch.sort(args[4], dim=1).values.contiguous(), args[5])
+        r = {"shape": list(shape), "config": cfg}
+        for name, a in (("as_selected", args), ("sorted", srt)):
+            r[f"{name}_us"] = time_call(lambda *x: fn(*x, **cfg), [a]) * 1e6
+        out.append(r)
+        log("sparse_order", r)
+        del args, srt
+        torch.cuda.empty_cache()
+
+
 def table_md(rec: dict) -> str:
     lines = []
     for family in ("mla_decode", "mla_sparse_decode"):
@@ -504,6 +528,18 @@ def table_md(rec: dict) -> str:
             lines.append(f"| {r['model']} | {r['batch']} | {r['ctx']} | {r['plain_tok_s']:.0f} | "
                          f"{r['tuned_tok_s']:.0f} | {r['speedup']:.2f} | "
                          f"{r['logits_rel_err']:.2e} |")
+    if rec.get("hf"):
+        lines += ["\n### transformers DeepseekV3ForCausalLM, same three layers, eager decode\n",
+                  "| batch | context | step ms | tok/s |", "| --- | --- | --- | --- |"]
+        for r in rec["hf"]:
+            lines.append(f"| {r['batch']} | {r['ctx']} | {r.get('step_ms', float('nan')):.1f} | "
+                         f"{r.get('tok_s', 0):.0f} {r.get('error', '')} |")
+    if rec.get("sparse_order"):
+        lines += ["\n### sparse: indices as selected vs sorted by position\n",
+                  "| shape | as selected us | sorted us |", "| --- | --- | --- |"]
+        for r in rec["sparse_order"]:
+            lines.append(f"| {tuple(r['shape'])} | {r['as_selected_us']:.1f} | "
+                         f"{r['sorted_us']:.1f} |")
     if rec.get("ceiling"):
         lines += ["\n### Triton ceiling probe (mla_decode splitkv loop, parts removed)\n",
                   "| shape | config | mode | us | TFLOP/s |", "| --- | --- | --- | --- | --- |"]
@@ -525,6 +561,8 @@ def main(argv=None) -> int:
     ap.add_argument("--e2e-batch", type=int, default=32)
     ap.add_argument("--table", default="", help="dispatch table for --e2e (default: built here)")
     ap.add_argument("--grid", choices=["full", "focused"], default="full")
+    ap.add_argument("--hf", default="", help="contexts for transformers' DeepseekV3 decode")
+    ap.add_argument("--sparse-order", action="store_true", help="sorted vs unsorted indices")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args(argv)
     import torch
@@ -553,6 +591,14 @@ def main(argv=None) -> int:
                                                 num_warps=8))]
         ceiling(device, rec, probe)
     (out / "mla.json").write_text(json.dumps(rec, indent=1))
+    if a.sparse_order and device == "cuda":
+        sparse_order(device, rec)
+    if a.hf and device == "cuda":
+        sys.path.insert(0, str(ROOT / "benchmarks" / "experiments"))
+        import hf_deepseek
+
+        rec["hf"] = hf_deepseek.decode_tok_s([int(x) for x in a.hf.split(",")], a.e2e_batch)
+        (out / "mla.json").write_text(json.dumps(rec, indent=1))
     table = json.loads(Path(a.table).read_text()) if a.table else build_table(rec)
     if not a.table:
         (out / "h200-mla.json").write_text(json.dumps(table, indent=1))
