@@ -109,9 +109,9 @@ def test_tuned_path_runs_the_mla_kernels_and_matches_the_plain_path():
 
 
 def test_search_mixed_sees_the_workload_and_its_mla_slot():
-    from tuner.mixed_space import trace_kernel_calls
-    from tuner.search import make_workload
-    from tuner.search_mixed import _llama_of
+    from tuner.search.mixed.run import _llama_of
+    from tuner.search.mixed.space import trace_kernel_calls
+    from tuner.workloads.factory import make_workload
     from tuner.workloads.base import Workload
 
     wl = make_workload(type("H", (), {"backend": "local"})(), "deepseek", None, 60)
