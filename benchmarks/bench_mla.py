@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 PEAK = 735e12  # bf16 dense FLOP/s the issue's floor uses (h200-anchors-2026-12-01.json)
 BW = 4.3e12  # read B/s, same source
-VARIANTS = {"mla_decode": ["splitkv", "tma"], "mla_sparse_decode": ["splitkv"]}
+VARIANTS = {"mla_decode": ["splitkv", "tma"], "mla_sparse_decode": ["splitkv", "rows"]}
 # (BLOCK_H, num_warps) pairs that keep the fp32 [BLOCK_H, 512] accumulator at 128 registers a
 # thread or less; x BLOCK_N x STAGES; GRID only changes the split count
 WARPS = [(64, 8), (128, 16)]
@@ -44,7 +44,9 @@ FOCUSED = {
                    ("tma", dict(BLOCK_H=64, BLOCK_N=128, STAGES=1, WS=0, num_warps=8)),
                    ("splitkv", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, num_warps=8))],
     "mla_sparse_decode": [("splitkv", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, num_warps=8)),
-                          ("splitkv", dict(BLOCK_H=64, BLOCK_N=32, STAGES=3, num_warps=8))],
+                          ("splitkv", dict(BLOCK_H=64, BLOCK_N=32, STAGES=3, num_warps=8)),
+                          ("rows", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, num_warps=8)),
+                          ("rows", dict(BLOCK_H=64, BLOCK_N=32, STAGES=3, num_warps=8))],
 }
 SDPA_MAX_TOKENS = 4 * 2 ** 20  # SDPA over an expanded cache past this takes seconds a call
 
@@ -559,6 +561,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="", help="only these sweep shapes, e.g. 64x128x4096x64x0")
     ap.add_argument("--e2e", default="", help="contexts for the DeepSeek workload, e.g. 4096,32768")
     ap.add_argument("--e2e-batch", type=int, default=32)
+    ap.add_argument("--e2e-presets", default="deepseek-v3-3l,deepseek-v3.2-3l")
     ap.add_argument("--table", default="", help="dispatch table for --e2e (default: built here)")
     ap.add_argument("--grid", choices=["full", "focused"], default="full")
     ap.add_argument("--hf", default="", help="contexts for transformers' DeepseekV3 decode")
@@ -604,6 +607,7 @@ def main(argv=None) -> int:
         (out / "h200-mla.json").write_text(json.dumps(table, indent=1))
     if a.e2e and device == "cuda":
         run_e2e([int(x) for x in a.e2e.split(",")], a.e2e_batch, table, rec,
+                presets=tuple(a.e2e_presets.split(",")),
                 save=lambda: (out / "mla.json").write_text(json.dumps(rec, indent=1)))
         (out / "mla.json").write_text(json.dumps(rec, indent=1))
     md = table_md(rec)
