@@ -357,6 +357,11 @@ class Llama:
         return out
 
     # -- forward passes ------------------------------------------------------------------------
+    def reduce(self, partial: Any) -> Any:
+        """The output of a row-parallel projection (attention's wo, the MLP's down): whole on
+        one process; a tensor-parallel shard all-reduces it (tuner.workloads.tensor_parallel)."""
+        return partial
+
     def _qkv(self, ops: Ops, L: dict[str, Any], h: Any) -> tuple[Any, Any, Any]:
         c = self.cfg
         nq, nk = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
@@ -422,9 +427,9 @@ class Llama:
                 ks, vs = kc, vc
             ops.elementwise(2)
             a = ops.decode_attention(q, ks, vs)
-            x = x + ops.matmul(a.reshape(B, c.n_heads * hd), L["wo"])
+            x = x + self.reduce(ops.matmul(a.reshape(B, c.n_heads * hd), L["wo"]))
             h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
-            x = x + self._mlp(ops, L, h)
+            x = x + self.reduce(self._mlp(ops, L, h))
             ops.elementwise(2)
         x = ops.rmsnorm(x, self.final_norm, c.norm_eps)
         return ops.matmul(x, self.lm_head).float()
@@ -451,9 +456,9 @@ class Llama:
                 cache[i][1][:, :, :S].copy_(v)
                 ops.elementwise(2)
             a = ops.prefill_attention(q, k, v)  # (B, Hq, S, D)
-            x = x + ops.matmul(a.transpose(1, 2).reshape(B * S, c.n_heads * hd), L["wo"])
+            x = x + self.reduce(ops.matmul(a.transpose(1, 2).reshape(B * S, c.n_heads * hd), L["wo"]))
             h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
-            x = x + self._mlp(ops, L, h)
+            x = x + self.reduce(self._mlp(ops, L, h))
             ops.elementwise(2)
         last = x.reshape(B, S, c.dim)[:, -1].contiguous()
         last = ops.rmsnorm(last, self.final_norm, c.norm_eps)
