@@ -10,8 +10,8 @@ import pytest
 from tuner.errors import WorkloadFailed
 from tuner.workloads.collectives import MULTICAST_OFF, Collectives, allreduce_busbw
 from tuner.workloads.llama import Llama, LlamaConfig, Ops, Runtime
-from tuner.workloads.tensor_parallel import (LlamaShard, TensorParallelWorkload, shard_config,
-                                             split_runtime)
+from tuner.workloads.tensor_parallel import (RUNTIME_DIMS, LlamaShard, TensorParallelWorkload,
+                                             shard_config, split_runtime)
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +81,22 @@ def test_collective_settings_reach_only_the_ranks(tp2, monkeypatch):
     tp2.configure({})
 
 
-def test_a_collective_change_restarts_the_ranks_and_a_model_change_does_not(tp2):
+def test_ranks_run_per_collectives_setting_and_a_model_change_keeps_them(tp2):
     tp2.configure({})
     pids = [r["pid"] for r in tp2.pool().started]
-    tp2.configure({"cuda_graphs": False})
+    tp2.configure({"cuda_graphs": False})  # the model's setting: same ranks
     assert [r["pid"] for r in tp2.pool().started] == pids
-    tp2.configure({"nccl_algo": "Ring"})
-    new = [r["pid"] for r in tp2.pool().started]
-    assert set(new).isdisjoint(pids)
+    tp2.configure({"nccl_algo": "Ring"})  # NCCL reads it at communicator creation: new ranks
+    ring = [r["pid"] for r in tp2.pool().started]
+    assert set(ring).isdisjoint(pids)
+    assert tp2.worker_env()["NCCL_ALGO"] == "Ring"
+    tp2.configure({})  # an A/B alternates between the last two settings without restarts
+    assert [r["pid"] for r in tp2.pool().started] == pids and "NCCL_ALGO" not in tp2.worker_env()
+    tp2.configure({"nccl_algo": "Tree"})  # a third setting: the least recently used ranks go
+    tree = [r["pid"] for r in tp2.pool().started]
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids)
+                   for p in ring)
+    assert set(tree).isdisjoint(pids + ring)
     tp2.configure({})
 
 
@@ -144,3 +150,49 @@ def test_allreduce_bus_bandwidth_per_size_on_cpu_ranks():
                           repeats=2)
     assert sorted(out) == sizes
     assert all(len(v) == 2 and all(x > 0 for x in v) for v in out.values())
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_search_mixed_over_the_collective_settings_records_per_size_results(capsys, tmp_path):
+    import json
+
+    from tests.simhelpers import run_cli
+    from tuner.search.store import TrialStore
+    from tuner.sim.hostinit import init_host
+
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    rc, out, err = run_cli(capsys, "--sim-root", str(root), "search", "mixed", "--workload",
+                           "llama-tp:tiny:tp=2:backend=gloo", "--knob", "none", "--family", "none",
+                           "--budget", "3", "--rounds", "1", "--repeats", "1", "--seed", "2",
+                           "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["trials"] == 3 and set(res["by_kind"]) <= {"runtime", "none"}
+    with TrialStore.in_state_dir(tmp_path / "state") as st:
+        trials = st.list(run_id=res["run_id"])
+    searched = set(RUNTIME_DIMS)
+    assert all(set(t.candidate.runtime) <= searched for t in trials)
+    measured = [t for t in trials if "holistic" in t.measurements]
+    assert measured
+    for t in measured:  # every size of the TP workload, for the incumbent and the candidate
+        per = t.measurements["holistic"]["per_size"]
+        assert set(per) == {"prefill@ctx16,b1", "decode@ctx16,b2", "prefill@ctx64,b1",
+                            "decode@ctx64,b2"}, per
+
+
+@pytest.mark.usefixtures("cli_env")
+@pytest.mark.parametrize("spec, expect", [
+    ("llama-tp:tiny:tp=4:backend=gloo", "kv heads 2 do not split over 4"),
+    ("llama-tp:tiny:fast=yes", "expected PRESET, tp=N"),
+    ("llama-tp:nosuch:backend=gloo", "unknown preset 'nosuch'"),
+])
+def test_a_bad_workload_spec_is_one_line_and_exit_2(capsys, tmp_path, spec, expect):
+    from tests.simhelpers import run_cli
+    from tuner.sim.hostinit import init_host
+
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    rc, out, err = run_cli(capsys, "--sim-root", str(root), "search", "mixed", "--workload", spec,
+                           "--knob", "none", "--family", "none")
+    assert rc == 2 and expect in err and err.count("\n") == 1, err
+
+

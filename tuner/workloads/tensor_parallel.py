@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any, Mapping, Optional, Sequence
 
@@ -243,29 +244,25 @@ class TensorParallelWorkload:
             decode_steps=decode_steps or (5 if tiny else 20), prefill=prefill, decode=decode)
         self.seed, self.check_outputs = seed, check_outputs
         self.start_timeout_s, self.collective_timeout_s = start_timeout_s, collective_timeout_s
-        self.runtime, self.collectives = split_runtime(runtime)
-        if not p2p:
-            self.collectives = replace(self.collectives, p2p=False)
-        self._pool: Optional[Ranks] = None
+        self.p2p = p2p
+        self.configure(runtime)
+        # rank processes per collectives setting, the last two used: an A/B between two settings
+        # alternates without restarting ranks (NCCL reads its settings once per communicator)
+        self._pools: OrderedDict[str, Ranks] = OrderedDict()
         self._checked: dict[str, dict[str, Any]] = {}
 
     # runtime ------------------------------------------------------------------------------
     def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
         """The model's settings and the collectives'; keys left out keep the workload's P2P."""
         d = dict(runtime or {})
-        d.setdefault("p2p", self.collectives.p2p)
-        rt, coll = split_runtime(d)
-        if coll != self.collectives and self._pool is not None:
-            self._pool.close()  # NCCL reads its settings once per communicator: new processes
-            self._pool = None
-            self._checked.clear()
-        self.runtime, self.collectives = rt, coll
+        d.setdefault("p2p", self.p2p)
+        self.runtime, self.collectives = split_runtime(d)
 
     @staticmethod
     def validate_runtime(runtime: Mapping[str, Any]) -> Any:
         return split_runtime(runtime)
 
-    def runtime_dict(self) -> dict[str, Any]:
+    def runtime_settings(self) -> dict[str, Any]:
         return {**asdict(self.runtime), **self.collectives.to_runtime()}
 
     def _key(self) -> str:
@@ -273,20 +270,29 @@ class TensorParallelWorkload:
 
     # processes ----------------------------------------------------------------------------
     def pool(self) -> Ranks:
-        if self._pool is None:
-            spec = {"backend": self.backend, "model": asdict(self.cfg), "seed": self.seed,
-                    "grid": asdict(self.grid), "check_outputs": self.check_outputs,
-                    "collective_timeout_s": self.collective_timeout_s}
-            self._pool = Ranks("tuner.workloads.tensor_parallel:shard_rank", self.tp, spec,
-                               self.collectives.env(), self.start_timeout_s, name="llama-tp rank")
-        return self._pool
+        """The ranks running under the current collectives settings (started on first use)."""
+        key = self.collectives.key()
+        if key in self._pools:
+            self._pools.move_to_end(key)
+            return self._pools[key]
+        while len(self._pools) >= 2:
+            self._pools.popitem(last=False)[1].close()
+        spec = {"backend": self.backend, "model": asdict(self.cfg), "seed": self.seed,
+                "grid": asdict(self.grid), "check_outputs": self.check_outputs,
+                "collective_timeout_s": self.collective_timeout_s}
+        self._pools[key] = Ranks("tuner.workloads.tensor_parallel:shard_rank", self.tp, spec,
+                                 self.collectives.env(), self.start_timeout_s,
+                                 name="llama-tp rank")
+        return self._pools[key]
 
     def _call(self, *msg: Any, timeout_s: Optional[float] = None) -> Any:
         """Rank 0's reply (every rank answers; a failed rank stops them all)."""
+        ranks = self.pool()
         try:
-            return self.pool().call(msg, timeout_s=timeout_s)[0]
+            return ranks.call(msg, timeout_s=timeout_s)[0]
         except RankError:
-            self._pool = None  # stopped by Ranks: the next request starts fresh ranks
+            # stopped by Ranks: the next request under these settings starts fresh ranks
+            self._pools.pop(self.collectives.key(), None)
             raise
 
     def worker_env(self) -> dict[str, str]:
@@ -294,14 +300,13 @@ class TensorParallelWorkload:
         return self._call("env", timeout_s=60)
 
     def dispatch_changed(self) -> None:
-        if self._pool is not None:
-            self._call("drop", timeout_s=60)
+        for ranks in self._pools.values():
+            ranks.call(("drop",), timeout_s=60)
         self._checked.clear()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        while self._pools:
+            self._pools.popitem()[1].close()
 
     # measuring ----------------------------------------------------------------------------
     def check(self) -> dict[str, Any]:
@@ -324,7 +329,8 @@ class TensorParallelWorkload:
             if self.check_outputs:
                 chk = self.check()
                 if not chk["ok"]:
-                    raise WorkloadFailed(f"llama-tp: outputs differ from the single-process model: "
+                    raise WorkloadFailed(f"llama-tp: outputs differ from the plain torch path "
+                                         f"(the single-process model): "
                                          f"{chk['errors']} (tolerance {chk['tol']})")
             res = self.bench(repeats, timeout_s)
         except RankError as e:  # a rank failed, died or hung: the next measure starts fresh ones
@@ -333,6 +339,6 @@ class TensorParallelWorkload:
             raise WorkloadFailed(f"llama-tp: timed out after {timeout_s}s; not measured: "
                                  f"{', '.join(res['skipped'])}")
         return summarize("tokens_per_s", "tok/s", res["per_size_samples"], extra={
-            "runtime": self.runtime_dict(), "setup_s": res["setup_s"], "tp": self.tp,
+            "runtime": self.runtime_settings(), "setup_s": res["setup_s"], "tp": self.tp,
             "backend": self.backend, "env": self.collectives.env(),
             "check": self._checked.get(self._key()), "model": asdict(self.cfg)})
