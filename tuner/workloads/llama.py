@@ -61,6 +61,13 @@ class LlamaConfig:
             raise ValueError(f"model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
         return PRESETS[name]
 
+    @classmethod
+    def of(cls, model: "str | LlamaConfig | Mapping[str, Any]") -> "LlamaConfig":
+        """A preset name, a config, or a dict of its fields."""
+        if isinstance(model, str):
+            return cls.preset(model)
+        return model if isinstance(model, LlamaConfig) else cls(**dict(model))
+
     def params(self) -> int:
         hd = self.head_dim
         per_layer = (self.dim * hd * (2 * self.n_heads + 2 * self.n_kv_heads)
@@ -842,12 +849,7 @@ class LlamaWorkload:
                  decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
                  runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
                  decode: bool = True, check_outputs: bool = True):
-        if isinstance(model, str):
-            cfg = LlamaConfig.preset(model)
-        elif isinstance(model, LlamaConfig):
-            cfg = model
-        else:
-            cfg = LlamaConfig(**dict(model))
+        cfg = LlamaConfig.of(model)
         dev = device or _auto_device()
         tiny = dev == "cpu"
         self.grid = SizeGrid(

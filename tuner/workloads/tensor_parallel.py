@@ -217,12 +217,7 @@ class TensorParallelWorkload:
                  runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
                  decode: bool = True, check_outputs: bool = True, p2p: bool = True,
                  start_timeout_s: float = 300.0, collective_timeout_s: float = 300.0):
-        if isinstance(model, str):
-            cfg = LlamaConfig.preset(model)
-        elif isinstance(model, LlamaConfig):
-            cfg = model
-        else:
-            cfg = LlamaConfig(**dict(model))
+        cfg = LlamaConfig.of(model)
         if tp < 2:
             raise ValueError(f"tensor parallel: tp must be 2 or more, got {tp}")
         shard_config(cfg.validate(), tp)  # ValueError now rather than in every rank
