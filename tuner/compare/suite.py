@@ -190,7 +190,8 @@ def launch(name: str, cfg: Config, cuda: bool, graph: bool) -> Metric:
 
 def nccl_allreduce(cfg: Config, cuda: bool, backend: str = "nccl", world: int | None = None) -> Metric:
     """Bus bandwidth of an all-reduce over every GPU (nccl-tests' busbw = algbw * 2(n-1)/n).
-    Runs one spawned process per GPU; `backend="gloo"` runs the same code on CPUs (tests)."""
+    Runs one rank process per GPU, NVLink multicast off (tuner.workloads.collectives);
+    `backend="gloo"` runs the same code on CPUs (tests)."""
     name = "nccl_allreduce_busbw_gbps"
     if backend == "nccl":
         if not cuda:
@@ -203,59 +204,13 @@ def nccl_allreduce(cfg: Config, cuda: bool, backend: str = "nccl", world: int | 
             m.skipped = "needs 2 or more GPUs (1 found)"
             return m
     world = world or 2
-    import tempfile
-
-    import torch.multiprocessing as mp
+    from tuner.workloads.collectives import allreduce_busbw
 
     nbytes = (4 if cfg.quick or backend != "nccl" else 256) << 20
     m = new(name, bytes=nbytes, world=world, backend=backend)
-    with tempfile.TemporaryDirectory() as d:
-        ctx = mp.get_context("spawn")
-        q = ctx.SimpleQueue()
-        procs = [ctx.Process(target=_allreduce_worker,
-                             args=(r, world, f"file://{d}/rdv", backend, nbytes, cfg.repeats, q))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(timeout=300)
-        bad = [p.exitcode for p in procs if p.exitcode != 0]
-        if bad:
-            raise RuntimeError(f"all-reduce workers failed (exit codes {bad})")
-        m.samples = q.get()
+    m.samples = allreduce_busbw([nbytes], world, backend, repeats=cfg.repeats,
+                                iters=None if backend == "nccl" else 3)[nbytes]
     return m
-
-
-def _allreduce_worker(rank: int, world: int, init: str, backend: str, nbytes: int, repeats: int,
-                      q: Any) -> None:
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
-    try:
-        dev = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-        dtype = torch.bfloat16 if backend == "nccl" else torch.float32
-        t = torch.ones(nbytes // torch.tensor([], dtype=dtype).element_size(), dtype=dtype, device=dev)
-        sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-        iters = 20 if backend == "nccl" else 3
-        for _ in range(3):
-            dist.all_reduce(t)
-        sync()
-        out = []
-        for _ in range(repeats):
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(t)
-            sync()
-            dt = (time.perf_counter() - t0) / iters
-            out.append(nbytes / dt * 2 * (world - 1) / world / 1e9)
-        if rank == 0:
-            q.put(out)
-    finally:
-        dist.destroy_process_group()
 
 
 def host_mem_bw(cfg: Config, cuda: bool) -> Metric:

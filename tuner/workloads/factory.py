@@ -46,5 +46,36 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
                 ("deepseek-v3.2", True): "deepseek-v3.2-3l",
                 ("deepseek-v3.2", False): "tiny-v3.2"}[(workload, big)]
         return DeepSeekWorkload(DeepSeekConfig.preset(name))
-    raise BadInput(f"--workload: expected sim, sim-llama, llama, deepseek, deepseek-v3.2 or "
-                   f"cmd:<command>, got {workload!r}")
+    if workload == "llama-tp" or workload.startswith("llama-tp:"):
+        return tensor_parallel(workload)
+    raise BadInput(f"--workload: expected sim, sim-llama, llama, deepseek, deepseek-v3.2, "
+                   f"llama-tp[:...] or cmd:<command>, got {workload!r}")
+
+
+def tensor_parallel(spec: str) -> Any:
+    """`llama-tp[:PRESET][:tp=N][:p2p=on|off][:backend=nccl|gloo]` (defaults: tiny on CPUs and
+    llama3-8b-4l on GPUs, tp 2, P2P on, NCCL when there are tp GPUs)."""
+    from tuner.workloads.tensor_parallel import TensorParallelWorkload
+
+    kw: dict[str, Any] = {}
+    for part in spec.split(":")[1:]:
+        key, eq, value = part.partition("=")
+        if not eq:
+            kw["model"] = key
+        elif key == "tp" and value.isdigit():
+            kw["tp"] = int(value)
+        elif key == "p2p" and value in ("on", "off"):
+            kw["p2p"] = value == "on"
+        elif key == "backend" and value in ("nccl", "gloo"):
+            kw["backend"] = value
+        else:
+            raise BadInput(f"--workload {spec}: expected PRESET, tp=N, p2p=on|off or "
+                           f"backend=nccl|gloo, got {part!r}")
+    if "model" not in kw:
+        import torch
+
+        kw["model"] = "llama3-8b-4l" if torch.cuda.device_count() >= kw.get("tp", 2) else "tiny"
+    try:
+        return TensorParallelWorkload(**kw)
+    except ValueError as e:
+        raise BadInput(f"--workload {spec}: {e}") from None

@@ -61,6 +61,13 @@ class LlamaConfig:
             raise ValueError(f"model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
         return PRESETS[name]
 
+    @classmethod
+    def of(cls, model: "str | LlamaConfig | Mapping[str, Any]") -> "LlamaConfig":
+        """A preset name, a config, or a dict of its fields."""
+        if isinstance(model, str):
+            return cls.preset(model)
+        return model if isinstance(model, LlamaConfig) else cls(**dict(model))
+
     def params(self) -> int:
         hd = self.head_dim
         per_layer = (self.dim * hd * (2 * self.n_heads + 2 * self.n_kv_heads)
@@ -384,6 +391,11 @@ class Llama:
         return out
 
     # -- forward passes ------------------------------------------------------------------------
+    def reduce(self, partial: Any) -> Any:
+        """The output of a row-parallel projection (attention's wo, the MLP's down): whole on
+        one process; a tensor-parallel shard all-reduces it (tuner.workloads.tensor_parallel)."""
+        return partial
+
     def _qkv(self, ops: Ops, L: dict[str, Any], h: Any) -> tuple[Any, Any, Any]:
         c = self.cfg
         nq, nk = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
@@ -449,9 +461,9 @@ class Llama:
                 ks, vs = kc, vc
             ops.elementwise(2)
             a = ops.decode_attention(q, ks, vs)
-            x = x + ops.matmul(a.reshape(B, c.n_heads * hd), L["wo"])
+            x = x + self.reduce(ops.matmul(a.reshape(B, c.n_heads * hd), L["wo"]))
             h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
-            x = x + self._mlp(ops, L, h)
+            x = x + self.reduce(self._mlp(ops, L, h))
             ops.elementwise(2)
         x = ops.rmsnorm(x, self.final_norm, c.norm_eps)
         return ops.matmul(x, self.lm_head).float()
@@ -478,9 +490,9 @@ class Llama:
                 cache[i][1][:, :, :S].copy_(v)
                 ops.elementwise(2)
             a = ops.prefill_attention(q, k, v)  # (B, Hq, S, D)
-            x = x + ops.matmul(a.transpose(1, 2).reshape(B * S, c.n_heads * hd), L["wo"])
+            x = x + self.reduce(ops.matmul(a.transpose(1, 2).reshape(B * S, c.n_heads * hd), L["wo"]))
             h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
-            x = x + self._mlp(ops, L, h)
+            x = x + self.reduce(self._mlp(ops, L, h))
             ops.elementwise(2)
         last = x.reshape(B, S, c.dim)[:, -1].contiguous()
         last = ops.rmsnorm(last, self.final_norm, c.norm_eps)
@@ -867,12 +879,7 @@ class LlamaWorkload:
                  decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
                  runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
                  decode: bool = True, check_outputs: bool = True):
-        if isinstance(model, str):
-            cfg = LlamaConfig.preset(model)
-        elif isinstance(model, LlamaConfig):
-            cfg = model
-        else:
-            cfg = LlamaConfig(**dict(model))
+        cfg = LlamaConfig.of(model)
         dev = device or _auto_device()
         tiny = dev == "cpu"
         self.grid = SizeGrid(

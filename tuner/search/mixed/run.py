@@ -107,9 +107,12 @@ def run_mixed_search(
             raise BadInput("--knob: no searchable knob among them on this host")
     wl = make_mixed_workload(host, workload, metric_regex, timeout_s)
     llama = _llama_of(wl)
-    if runtime and llama is None:
-        raise BadInput("--runtime: runtime settings need the llama or sim-llama workload")
-    runtime_dims = dict(RUNTIME_DIMS) if (runtime is not False and llama is not None) else {}
+    own_dims = getattr(wl, "runtime_dims", None)  # a workload with runtime settings of its own
+    if runtime and llama is None and own_dims is None:
+        raise BadInput("--runtime: runtime settings need a workload that has them "
+                       "(llama, sim-llama, llama-tp)")
+    runtime_dims = {} if runtime is False else (
+        dict(own_dims) if own_dims is not None else dict(RUNTIME_DIMS) if llama is not None else {})
 
     start_table = _start_table(table)
     slots, notes = [], []
@@ -139,6 +142,9 @@ def run_mixed_search(
                           getattr(wl, "name", "")})
     finally:
         guard.close()
+        close = getattr(wl, "close", None)  # e.g. the rank processes of a multi-GPU workload
+        if close is not None:
+            close()
     return {**res, "notes": notes}
 
 
@@ -157,14 +163,14 @@ def build_evaluator(knobs: dict[str, Any], workload: Any, guard: Any,
     searched = {s.family for s in slots}
     inc = Incumbent(
         host={n: k.read() for n, k in knobs.items()},
-        runtime=asdict(llama.runtime) if llama is not None else {},
+        runtime=_runtime_settings(workload, llama),
         kernels={s.name: s.covered_by(start_table) for s in slots},
         base_entries=[e for e in (start_table.entries if start_table else [])
                       if e.family not in searched])
     joint = JointSpace(knobs, runtime_dims, slots, inc)
     host_ev = HostEvaluator(knobs, workload, guard, incumbent=inc.host, timeout_s=timeout_s)
     rt_ev = RuntimeEvaluator(workload, incumbent=inc.runtime, rounds=rounds, repeats=repeats,
-                             validate=_runtime_validator(llama))
+                             validate=_runtime_validator(workload, llama))
     if llama is not None:
         rt_ev.micro = lambda c: first_step_gain(workload, dict(inc.runtime),
                                                 {**inc.runtime, **c.runtime})
@@ -211,7 +217,17 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
                    round(time.time() - t0, 2))
 
 
-def _runtime_validator(llama: Any) -> Any:
+def _runtime_settings(workload: Any, llama: Any) -> dict[str, Any]:
+    own = getattr(workload, "runtime_settings", None)
+    if own is not None:
+        return dict(own())
+    return asdict(llama.runtime) if llama is not None else {}
+
+
+def _runtime_validator(workload: Any, llama: Any) -> Any:
+    own = getattr(workload, "validate_runtime", None)
+    if own is not None:
+        return own
     if llama is None:
         return None
     from tuner.workloads.llama import Runtime
