@@ -28,7 +28,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from tuner.workloads.collectives import Collectives, allreduce_busbw  # noqa: E402
+from tuner.workloads.allreduce import allreduce_busbw  # noqa: E402
+from tuner.workloads.collectives import Collectives  # noqa: E402
 from tuner.workloads.stats import geomean, rel_spread  # noqa: E402
 from tuner.workloads.tensor_parallel import RUNTIME_DIMS, TensorParallelWorkload  # noqa: E402
 

@@ -8,7 +8,8 @@ import psutil
 import pytest
 
 from tuner.errors import WorkloadFailed
-from tuner.workloads.collectives import MULTICAST_OFF, Collectives, allreduce_busbw
+from tuner.workloads.allreduce import allreduce_busbw
+from tuner.workloads.collectives import MULTICAST_OFF, Collectives
 from tuner.workloads.llama import Llama, LlamaConfig, Ops, Runtime
 from tuner.workloads.tensor_parallel import (RUNTIME_DIMS, LlamaShard, TensorParallelWorkload,
                                              shard_config, split_runtime)

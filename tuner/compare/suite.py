@@ -204,7 +204,7 @@ def nccl_allreduce(cfg: Config, cuda: bool, backend: str = "nccl", world: int | 
             m.skipped = "needs 2 or more GPUs (1 found)"
             return m
     world = world or 2
-    from tuner.workloads.collectives import allreduce_busbw
+    from tuner.workloads.allreduce import allreduce_busbw
 
     nbytes = (4 if cfg.quick or backend != "nccl" else 256) << 20
     m = new(name, bytes=nbytes, world=world, backend=backend)
