@@ -102,8 +102,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from kernelsearch.harness import check
-    from kernelsearch.harness.timing import H200
+    from kernelsearch.harness import check, floor_for
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     todo = [j for j in jobs() if not args.only or j[0].startswith(tuple(args.only.split(",")))]
@@ -115,7 +114,7 @@ def main() -> int:
     def one(label, mode, kw, want):
         # what `metaltune kernel check --family F --candidate FILE [--graph]` passes
         v = check(kw.pop("family"), kw.pop("candidate"), kw.pop("config", None), device=dev,
-                  ceilings=H200 if dev == "cuda" else None, **kw)
+                  ceilings=floor_for(dev), **kw)
         return label, mode, v, want
 
     ex = cf.ThreadPoolExecutor(max_workers=args.parallel)

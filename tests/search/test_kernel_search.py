@@ -133,7 +133,7 @@ def test_table_entries_are_certified_at_their_largest_point():
     midpoint (7 rows), which nobody checked, so the judge checks 7x17 before the table may
     cover it; the 20-row entry ends at its own, checked, bucket."""
     from kernelsearch.table import largest_point
-    from tuner.kernel_search import certified_entries
+    from tuner.search.kernel import certified_entries
 
     a = {"BLOCK": 256, "num_warps": 1}
     b = {"BLOCK": 512, "num_warps": 2}

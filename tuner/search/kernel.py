@@ -98,7 +98,7 @@ def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[st
     """Each evaluation: the full judge on the variant's source with this config, timed at the
     bucket's shape (A/B against the torch op included)."""
     from kernelsearch.families import get
-    from kernelsearch.harness import check
+    from kernelsearch.harness import check, floor_for
 
     fam = get(family)
     dt = dtype or (fam.dtypes[0] if device == "cuda" else (
@@ -111,17 +111,27 @@ def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[st
         v = check(family, fam.variants[variant].file, config, device=device, isolate=isolate,
                   timeout_s=timeout_s, dtypes=[dt], shapes=[shape] + fam.tiny_shapes[:1]
                   if device == "cuda" else [shape], timing_shapes=[shape], seeds=1,
-                  reps=30 if device == "cuda" else 3, against=against)
-        t = next(iter(v.timings.values()), {}) if v.accepted else {}
-        return {"time_s": t.get("median_us", 0) * 1e-6 if v.accepted else None,
-                "code": v.code, "rule": v.rule, "stage": v.stage, "detail": v.detail,
-                "speedup_vs_torch": t.get("speedup_vs_torch"), "timings": v.timings,
-                "vs_incumbent": t.get("incumbent_spread"), "device": v.device,
-                "checked_shapes": v.checked_shapes, "timed_shapes": v.timed_shapes,
-                "checks": v.checks, "seconds": v.seconds}
+                  reps=30 if device == "cuda" else 3, against=against,
+                  ceilings=floor_for(device))
+        return verdict_record(v)
 
     evaluate.ab_incumbent = True  # type: ignore[attr-defined]
     return evaluate
+
+
+def verdict_record(v: Any) -> dict:
+    """A harness Verdict as the search and the mixed evaluator record it: the code and rule,
+    the time (one timed shape: a bucket) and the speed-up over every timed shape (the geometric
+    mean; `speedup_min` beside it, so one shape cannot hide a regression elsewhere), and the
+    scope: the device and the shapes checked and timed."""
+    t = next(iter(v.timings.values()), {}) if v.accepted else {}
+    return {"time_s": t.get("median_us", 0) * 1e-6 if v.accepted else None,
+            "code": v.code, "rule": v.rule, "stage": v.stage, "detail": v.detail,
+            "speedup_vs_torch": v.summary.get("speedup_geomean", t.get("speedup_vs_torch")),
+            "speedup_min": v.summary.get("speedup_min"), "timings": v.timings,
+            "vs_incumbent": t.get("incumbent_spread"), "device": v.device,
+            "checked_shapes": v.checked_shapes, "skipped_shapes": v.skipped_shapes,
+            "timed_shapes": v.timed_shapes, "checks": v.checks, "seconds": v.seconds}
 
 
 def replay_evaluator(grid: list[dict]) -> Evaluate:
