@@ -77,3 +77,21 @@ def test_host_cost_is_a_cuda_measurement_and_never_decides():
 
     rec = tm.host_costs(boom, boom, [()], "cuda")
     assert set(rec) == {"host_error"} and "RuntimeError" in rec["host_error"]
+
+
+def test_fingerprint_sees_one_changed_element_across_chunks(monkeypatch):
+    """Inputs too big to copy are fingerprinted (sum and position-weighted sum of their bits, in
+    chunks): a copy matches, one changed element or two swapped ones do not."""
+    monkeypatch.setattr(correctness, "CHUNK", 1000)
+    x = torch.randn(7, 1001)
+    fp = correctness.fingerprint(x)
+    assert correctness.fingerprint(x.clone()) == fp
+    y = x.clone()
+    y[6, 1000] += 1.0
+    assert correctness.fingerprint(y) != fp
+    z = x.clone()
+    z[0, 0], z[5, 3] = x[5, 3], x[0, 0]
+    assert correctness.fingerprint(z) != fp
+    monkeypatch.setattr(correctness, "SNAPSHOT_BYTES", 1024)
+    assert correctness._unchanged(x, correctness._snapshot(x))
+    assert not correctness._unchanged(y, correctness._snapshot(x))
