@@ -82,11 +82,13 @@ def jobs() -> list[tuple[str, str, dict, tuple]]:
             out.append((f"redteam/{name} (guard off)", m,
                         dict(family="softmax", candidate=RED / f"{name}.py", graph=m == "graph",
                              static_guard=False), (code, rule)))
-    for n in NAMES:  # a config each variant takes at the family's first sweep shape it takes
+    for n in NAMES:  # a config valid at every sweep shape, else at the first one it takes
         fam = get(n)
         for vname, var in fam.variants.items():
-            shape = next((tuple(s) for s in fam.sweep_shapes if var.configs(s)), None)
-            cfgs = var.configs(shape) if shape else var.configs()
+            cfgs = [c for c in var.configs() if all(var.valid(c, tuple(s)) for s in fam.sweep_shapes)]
+            if not cfgs:  # skinny (M <= 16), persistent (M > 16), split (no power-of-two rows)
+                shape = next((tuple(s) for s in fam.sweep_shapes if var.configs(s)), None)
+                cfgs = var.configs(shape) if shape else var.configs()
             out.append((f"{n}/{vname}", "graph", dict(family=n, candidate=var.file,
                                                       config=cfgs[len(cfgs) // 2], graph=True),
                         ("accepted", "")))
@@ -96,7 +98,10 @@ def jobs() -> list[tuple[str, str, dict, tuple]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
-    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--parallel", type=int, default=5)
+    ap.add_argument("--gpu-gib", type=float, default=130.0,
+                    help="device memory shared by the parallel children: each is capped at "
+                         "gpu-gib / parallel (a check at the sweep's largest shape needs ~26)")
     ap.add_argument("--deadline-s", type=float, default=100.0)
     ap.add_argument("--only", default=None, help="comma list of label prefixes")
     args = ap.parse_args()
@@ -106,6 +111,8 @@ def main() -> int:
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     todo = [j for j in jobs() if not args.only or j[0].startswith(tuple(args.only.split(",")))]
+    # the longest first: accepted candidates are checked everywhere and timed at the whole sweep
+    todo.sort(key=lambda j: (j[3][0] != "accepted", j[0] != "redteam/hangs"))
     t0 = time.time()
     rows: list[dict] = []
     out = Path(args.out)
@@ -117,8 +124,12 @@ def main() -> int:
                   ceilings=floor_for(dev), **kw)
         return label, mode, v, want
 
+    # 12 children on one H200 ran it out of memory (each may take its 32 GiB cap at the sweep's
+    # largest shape): an honest kernel then crashes for its neighbours' use, so cap each child
+    cap = int(args.gpu_gib * 1024 / args.parallel)
     ex = cf.ThreadPoolExecutor(max_workers=args.parallel)
-    futs = [ex.submit(one, lbl, m, dict(kw), want) for lbl, m, kw, want in todo]
+    futs = [ex.submit(one, lbl, m, dict({"gpu_mem_limit_mb": cap}, **kw), want)
+            for lbl, m, kw, want in todo]
     pending = set(futs)
     while pending and time.time() - t0 < args.deadline_s:
         done, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
@@ -139,8 +150,9 @@ def main() -> int:
         f.cancel()
     left = [f"{lbl} [{m}]" for (lbl, m, _, _), f in zip(todo, futs) if f in pending]
     rows.sort(key=lambda r: (not r["candidate"].startswith("redteam"), r["candidate"], r["mode"]))
+    where = next((r["device"] for r in rows if r["device"]), dev)
     (out / "redteam-h200.json").write_text(json.dumps(
-        {"device": rows[0]["device"] if rows else dev, "seconds": time.time() - t0,
+        {"device": where, "seconds": time.time() - t0, "parallel": args.parallel,
          "rows": rows, "not_finished": left}, indent=1, default=str))
     lines = ["| candidate | mode | verdict | code | rule | expected | seconds | timed at |",
              "|---|---|---|---|---|---|---|---|"]
@@ -153,7 +165,7 @@ def main() -> int:
                      f"{r['seconds']:.1f} | {timed} |")
     bad = [r for r in rows if not r["as_expected"]]
     lines.append(f"\n{len(rows)} verdicts, {len(bad)} unexpected, {len(left)} not finished "
-                 f"in {time.time() - t0:.0f} s on {rows[0]['device'] if rows else dev}"
+                 f"in {time.time() - t0:.0f} s on {where}, {args.parallel} in parallel"
                  + (f": {', '.join(left)}" if left else ""))
     text = "\n".join(lines)
     (out / "redteam-h200.md").write_text(text + "\n")
