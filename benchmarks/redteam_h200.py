@@ -103,14 +103,16 @@ def main() -> int:
                     help="device memory shared by the parallel children: each is capped at "
                          "gpu-gib / parallel (a check at the sweep's largest shape needs ~26)")
     ap.add_argument("--deadline-s", type=float, default=100.0)
-    ap.add_argument("--only", default=None, help="comma list of label prefixes")
+    ap.add_argument("--only", default=None,
+                    help="comma list of prefixes of 'LABEL [MODE]', e.g. 'redteam/hangs,rope/'")
     args = ap.parse_args()
     import torch
 
     from kernelsearch.harness import check, floor_for
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    todo = [j for j in jobs() if not args.only or j[0].startswith(tuple(args.only.split(",")))]
+    only = tuple(args.only.split(",")) if args.only else ("",)
+    todo = [j for j in jobs() if f"{j[0]} [{j[1]}]".startswith(only)]
     # the longest first: accepted candidates are checked everywhere and timed at the whole sweep
     todo.sort(key=lambda j: (j[3][0] != "accepted", j[0] != "redteam/hangs"))
     t0 = time.time()
