@@ -57,12 +57,15 @@ REDTEAM = [
     ("counter_func_attr", "guard_failed", "monkey_patch", {}, BOTH),
     ("counter_tensor_attr", "guard_failed", "reflection", {}, BOTH),
 ]
+TIMED = ("timed_output", "graph_output", "timed_path")
 # the same candidates with the static guard off: the run-time rule behind it
 UNGUARDED = [
     ("capture_aware", "incorrect", "graph_output", ("graph",)),  # eager runs are honest
-    ("counter_default", "incorrect", "timed_output", BOTH),
-    ("counter_func_attr", "incorrect", "timed_output", BOTH),
-    ("counter_tensor_attr", "incorrect", "timed_output", BOTH),
+    # the counters turn lazy after a number of calls: which timed-output check sees it first
+    # depends on how many input sets the shape rotates through
+    ("counter_default", "incorrect", TIMED, BOTH),
+    ("counter_func_attr", "incorrect", TIMED, BOTH),
+    ("counter_tensor_attr", "incorrect", TIMED, BOTH),
     ("tensor_subclass", "incorrect", "not_plain_tensor", BOTH),
     ("cache_data_ptr", "incorrect", "tolerance", BOTH),
     ("patches_timer", "guard_failed", "timer", BOTH),
@@ -137,10 +140,11 @@ def main() -> int:
         done, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
         for f in done:
             label, mode, v, (code, rule) = f.result()
-            ok = v.code == code and (rule is None or v.rule == rule)
+            ok = v.code == code and (rule is None or v.rule in
+                                     (rule if isinstance(rule, tuple) else (rule,)))
             t = next(iter(v.timings.values()), {})
             rows.append({"candidate": label, "mode": mode, "verdict": v.verdict, "stage": v.stage,
-                         "code": v.code, "rule": v.rule, "expected": f"{code}/{rule or '*'}",
+                         "code": v.code, "rule": v.rule, "expected": f"{code}/{'|'.join(rule) if isinstance(rule, tuple) else rule or '*'}",
                          "as_expected": ok, "seconds": round(v.seconds, 1), "device": v.device,
                          "timed_shapes": v.timed_shapes, "n_checked": len(v.checked_shapes),
                          "first_timing": {k: t.get(k) for k in ("median_us", "graph_us",

@@ -186,14 +186,16 @@ def _time_shape(runner, family, shape, dtypes, device, reps, ceilings, incumbent
             for _ in range(tm.rotations(nbytes, device))]
     prints = [_fingerprint(s) for s in sets]
     fn = runner.fast_forward()
-    r = tm.bench(fn, sets, device, reps=reps, keep_last=True)
-    last, li = r.pop("last")
+    last_args = family.make_inputs(shape, dt, device, torch.Generator().manual_seed(seed()),
+                                   "normal")
+    r = tm.bench(fn, sets, device, reps=reps, last_args=last_args)
+    last = r.pop("last")
     try:
-        correctness.compare(last, family.reference(*sets[li]), dt, family,
+        correctness.compare(last, family.reference(*last_args), dt, family,
                             f"last timed run, shape {shape} {dt}")
     except Rejected as e:
         raise fail("timed_output", e, "the output of a timed run differs") from None
-    del last
+    del last, last_args
     why = tm.degenerate(r["median_s"])
     if why:
         raise Rejected("timing", "too_fast", "degenerate_time", f"{key}: {why}")

@@ -95,3 +95,19 @@ def test_fingerprint_sees_one_changed_element_across_chunks(monkeypatch):
     monkeypatch.setattr(correctness, "SNAPSHOT_BYTES", 1024)
     assert correctness._unchanged(x, correctness._snapshot(x))
     assert not correctness._unchanged(y, correctness._snapshot(x))
+
+
+def test_last_timed_run_takes_inputs_no_earlier_run_saw():
+    """The output the judge checks after timing comes from a run on inputs of its own: no
+    earlier run computed their answer, so no freed buffer can hold it."""
+    seen = []
+
+    def fn(x):
+        seen.append(x)
+        return x * 2
+
+    sets = [(torch.ones(3),), (torch.ones(3) * 2,)]
+    last = (torch.ones(3) * 5,)
+    r = timing.bench(fn, sets, "cpu", warmup=2, reps=4, last_args=last)
+    assert [s is last[0] for s in seen] == [False] * 5 + [True]
+    assert torch.equal(r["last"], last[0] * 2) and r["n"] == 4
