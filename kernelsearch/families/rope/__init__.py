@@ -132,6 +132,6 @@ FAMILY = Family(
     # two (HALF 32/64/128; `_fit` makes D even); the flat variant's BLOCK spans B*NH*D/2
     edges={"B": (64, 256), "NH": (16, 32, 64, 128), "D": (64, 128, 256)},
     cheap=(1, 3, 8),
-    interp_max={"B": 257},
+    interp_max={"B": 65, "NH": 65},
     fit=_fit,
 )
