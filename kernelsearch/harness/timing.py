@@ -67,18 +67,23 @@ def rotations(bytes_per_set: float, device: str, cap: int = 16) -> int:
 
 
 def bench(fn: Callable, arg_sets: list, device: str, warmup: int = 5, reps: int = 30,
-          flush: bool = True, last_args: Optional[tuple] = None) -> dict:
+          flush: bool = True, refresh: Optional[Callable[[tuple], None]] = None) -> dict:
     """Median time of fn(*args) over `reps` runs, rotating over arg_sets; events around each run,
     L2 flushed before it (outside the timed region), device-wide sync before reading.
-    last_args: the last timed run takes these inputs (ones no earlier run saw, so no freed
-    buffer holds their answer) and the result holds its output as `last`, so the caller can
-    check what a timed run computed."""
+    refresh: called on the last run's input set before it runs (outside the timed region) to
+    give it new values in place; the result then holds that run's output as `last` and its set's
+    index as `last_index`, so the caller can check what a timed run computed: the same tensors
+    as every earlier run (state kept on them persists), values no earlier run saw (no freed
+    buffer holds their answer)."""
     n = len(arg_sets)
     for i in range(warmup):
         fn(*arg_sets[i % n])
 
     def args_of(i: int):
-        return last_args if last_args is not None and i == reps - 1 else arg_sets[i % n]
+        a = arg_sets[i % n]
+        if refresh is not None and i == reps - 1:
+            refresh(a)
+        return a
 
     out = None
     if device != "cuda":
@@ -89,8 +94,8 @@ def bench(fn: Callable, arg_sets: list, device: str, warmup: int = 5, reps: int 
             out = fn(*a)
             samples.append(_perf() - t0)
         r = _summary(samples, "wall")
-        if last_args is not None:
-            r["last"] = out
+        if refresh is not None:
+            r["last"], r["last_index"] = out, (reps - 1) % n
         return r
     flusher = Flusher(device) if flush else None
     _sync()
@@ -106,8 +111,8 @@ def bench(fn: Callable, arg_sets: list, device: str, warmup: int = 5, reps: int 
         out = out if i == reps - 1 else None
     _sync()
     r = _summary([_elapsed(s, e) * 1e-3 for s, e in zip(starts, ends)], "events")
-    if last_args is not None:
-        r["last"] = out
+    if refresh is not None:
+        r["last"], r["last_index"] = out, (reps - 1) % n
     return r
 
 

@@ -97,17 +97,22 @@ def test_fingerprint_sees_one_changed_element_across_chunks(monkeypatch):
     assert not correctness._unchanged(y, correctness._snapshot(x))
 
 
-def test_last_timed_run_takes_inputs_no_earlier_run_saw():
-    """The output the judge checks after timing comes from a run on inputs of its own: no
-    earlier run computed their answer, so no freed buffer can hold it."""
+def test_last_timed_run_gets_new_values_in_the_same_tensors():
+    """The output the judge checks after timing comes from a run on the same tensors as every
+    earlier run (state a candidate keeps on them persists) holding values no earlier run saw (no
+    freed buffer can hold their answer)."""
     seen = []
 
     def fn(x):
-        seen.append(x)
+        seen.append((x, float(x[0])))
         return x * 2
 
     sets = [(torch.ones(3),), (torch.ones(3) * 2,)]
-    last = (torch.ones(3) * 5,)
-    r = timing.bench(fn, sets, "cpu", warmup=2, reps=4, last_args=last)
-    assert [s is last[0] for s in seen] == [False] * 5 + [True]
-    assert torch.equal(r["last"], last[0] * 2) and r["n"] == 4
+
+    def refresh(a):
+        a[0].fill_(5.0)
+
+    r = timing.bench(fn, sets, "cpu", warmup=2, reps=4, refresh=refresh)
+    assert all(x is sets[i % 2][0] for i, (x, _) in enumerate(seen[2:]))
+    assert [v for _, v in seen] == [1, 2, 1, 2, 1, 5]
+    assert r["last_index"] == 1 and torch.equal(r["last"], torch.full((3,), 10.0))
