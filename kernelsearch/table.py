@@ -149,9 +149,75 @@ def _within_constraints(fam: Any, r: dict, primary: str, lo: int, hi: int) -> tu
     return (lo if ok(lo) else last_ok(pt, lo)), (hi if ok(hi) else last_ok(pt, hi))
 
 
-def build(family_name: str, results: list[dict], margin: float = 0.02,
-          device: str = "") -> list[Entry]:
-    """Entries from per-shape search results. Each result: {"shape", "dtype", "variant",
+def _key(variant: str, config: dict, dtype: str) -> str:
+    return json.dumps([variant, config, dtype], sort_keys=True)
+
+
+def largest_point(entry: Entry) -> tuple:
+    """The shape at the top of every range of an entry (its exact dims as matched): the point
+    a table entry claims that is furthest from anything small."""
+    from kernelsearch.families import get
+
+    fam = get(entry.family)
+    dims = dict(entry.match, **{k: hi for k, (lo, hi) in entry.ranges.items()})
+    return tuple(int(dims[d]) for d in fam.shape_dims)
+
+
+Evidence = dict[str, set]  # _key(variant, config, dtype) -> shapes correctness-checked
+
+
+def evidence_of(checked: Any) -> Evidence:
+    """Evidence from (variant, config, dtype, shape) records (tuples or dicts)."""
+    ev: Evidence = {}
+    for c in checked or []:
+        v, cfg, dt, shape = (c["variant"], c["config"], c["dtype"], c["shape"]) \
+            if isinstance(c, dict) else c
+        ev.setdefault(_key(v, cfg, dt), set()).add(tuple(int(x) for x in shape))
+    return ev
+
+
+def uncertified(entries: list[Entry], evidence: Evidence) -> list[tuple[Entry, tuple]]:
+    """Entries whose largest point was not correctness-checked for their variant, config and
+    dtype, with that point."""
+    out = []
+    for e in entries:
+        pt = largest_point(e)
+        if pt not in evidence.get(_key(e.variant, e.config, e.dtype), set()):
+            out.append((e, pt))
+    return out
+
+
+def certify(entries: list[Entry], evidence: Evidence) -> list[Entry]:
+    """Refuse (TableError) an entry that covers a range whose largest point was never checked:
+    a kernel is certified for the sizes it was checked at, not for what lies between them."""
+    bad = uncertified(entries, evidence)
+    if bad:
+        e, pt = bad[0]
+        raise TableError(
+            f"{e.family} {e.dtype} {e.variant} {json.dumps(e.config, sort_keys=True)}: the entry "
+            f"covers {e.ranges} but its largest point {'x'.join(map(str, pt))} was not "
+            f"correctness-checked ({len(bad)} such entr{'y' if len(bad) == 1 else 'ies'}); check "
+            "it (kernelsearch.harness.check with shapes=[point]) or narrow the range")
+    return entries
+
+
+def build(family_name: str, results: list[dict], margin: float = 0.02, device: str = "",
+          checked: Any = None) -> list[Entry]:
+    """`plan`, then `certify`: every entry's largest point must be among the shapes checked for
+    its (variant, config, dtype): `checked` records (see `evidence_of`) and each result's own
+    "checked" list of shapes. Raises TableError otherwise."""
+    ev = evidence_of(checked)
+    for r in results:
+        if r.get("variant") is not None:
+            for shape in r.get("checked", []):
+                ev.setdefault(_key(r["variant"], r["config"], r["dtype"]), set()).add(
+                    tuple(int(x) for x in shape))
+    return certify(plan(family_name, results, margin, device), ev)
+
+
+def plan(family_name: str, results: list[dict], margin: float = 0.02,
+         device: str = "") -> list[Entry]:
+    """Entries from per-shape search results, not yet certified (see `build`). Each result: {"shape", "dtype", "variant",
     "config", "time_s", "baseline_s"} (baseline: the faster torch path). A shape gets an entry
     only where the kernel beats the baseline by more than `margin`; its range along the family's
     primary range dim runs to the geometric midpoints between measured shapes (never past the

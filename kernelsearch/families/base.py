@@ -5,7 +5,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 Shape = tuple  # family-specific tuple of ints (e.g. (rows, cols) or (M, N, K))
 
@@ -70,6 +70,16 @@ class Family:
     # reference). Families whose output holds independent problems of very different
     # magnitudes (attention over ragged lengths: one token vs 128k) give each its own.
     scale_of: Optional[Callable[[Any], Any]] = None
+    # Boundary coverage (`boundary_shapes`): per dim, the powers of two that the variants' block
+    # sizes, split lengths and grids are built from (a bug at a block edge shows one past it);
+    # the cheap value of every dim that a boundary shape keeps in its other dims; the largest
+    # value per dim the CPU interpreter is asked to run (it executes one program at a time, so a
+    # grid of 4097 row programs costs seconds per call); `fit` makes a shape consistent (GQA:
+    # HQ a multiple of HKV, even rope D).
+    edges: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    cheap: Optional[Shape] = None
+    interp_max: dict[str, int] = field(default_factory=dict)
+    fit: Optional[Callable[[Shape], Shape]] = None
 
     def tolerance(self, dtype: str) -> tuple[float, float, float]:
         return TOLERANCES[dtype]
@@ -86,6 +96,37 @@ class Family:
 
     def dims_dict(self, shape: Shape) -> dict[str, int]:
         return dict(zip(self.shape_dims, shape))
+
+    def boundary_shapes(self, claimed: Sequence[Shape] = (), device: str = "cpu"
+                        ) -> tuple[list[Shape], list[Shape]]:
+        """Deterministic shapes the correctness stage always checks, cheap in every dim but one:
+        one past each declared edge of every dim, and the largest value of every dim that a
+        `claimed` shape (timed shape, search bucket, table range end, --shape) takes. Returns
+        (to check, skipped): on the CPU interpreter, edge shapes past `interp_max` are skipped
+        (and reported); a claimed maximum is never skipped (the caller asked for that size)."""
+        base = tuple(self.cheap or self.tiny_shapes[0])
+        fit = self.fit or (lambda s: s)
+        out: list[Shape] = []
+        skipped: list[Shape] = []
+
+        def add(shape: Shape, where: list) -> None:
+            shape = tuple(fit(tuple(shape)))
+            if shape not in out and shape not in skipped:
+                where.append(shape)
+
+        for i, d in enumerate(self.shape_dims):
+            for e in self.edges.get(d, ()):
+                s = base[:i] + (e + 1,) + base[i + 1:]
+                cap = self.interp_max.get(d)
+                add(s, skipped if device != "cuda" and cap is not None and e + 1 > cap else out)
+        for i, d in enumerate(self.shape_dims):
+            top = max((int(c[i]) for c in claimed), default=0)
+            if top > base[i]:
+                s = tuple(fit(base[:i] + (top,) + base[i + 1:]))
+                if s in skipped:
+                    skipped.remove(s)
+                add(s, out)
+        return out, skipped
 
 
 def dtype_of(name: str):

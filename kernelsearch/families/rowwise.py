@@ -9,6 +9,14 @@ SWEEP = [(8, 4096), (8, 8192), (256, 4096), (4096, 4096), (16384, 8192), (65536,
          (32768, 18992)]
 HELDOUT = [(37, 8191), (1000, 5000), (3, 18992), (513, 4097), (1, 14336)]
 TINY = [(3, 17), (8, 64), (5, 300), (1, 1000)]
+# Boundary coverage (Family.boundary_shapes): ROWS per program and grids of one program per row
+# (or ROWS rows) cross the powers of two in rows; BLOCK/chunk widths up to 8192 and whole-row
+# blocks (next power of two of cols) cross them in cols. 3 rows / 17 columns keep the rest cheap;
+# the interpreter runs one program at a time (and a chunked loop one chunk at a time), so past
+# 257 rows and 8193 columns only the GPU checks.
+EDGES = {"rows": (64, 256, 4096, 65536), "cols": (1024, 2048, 4096, 8192, 16384)}
+CHEAP = (3, 17)
+INTERP_MAX = {"rows": 257, "cols": 8193}
 
 
 def row_valid(cfg: dict, shape) -> bool:

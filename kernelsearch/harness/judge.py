@@ -48,14 +48,60 @@ def default_dtypes(family, device: str) -> list[str]:
     return [d for d in ("float32", "float16") if d in family.dtypes]
 
 
+def device_label(device: str) -> str:
+    """What a verdict was reached on: the GPU's name, or the CPU interpreter."""
+    if device != "cuda":
+        return "cpu-interpreter"
+    import torch
+
+    return f"cuda:{torch.cuda.get_device_name(0)}"
+
+
+def default_timing_shapes(family, device: str) -> list:
+    """Where a kernel is timed when the caller names no shape: the family's sweep on a GPU (the
+    sizes a user gets), one tiny shape on the CPU interpreter (its timing says nothing about
+    GPU speed and the verdict says so)."""
+    return [tuple(s) for s in (family.sweep_shapes if device == "cuda" else family.tiny_shapes[:1])]
+
+
+def plan_shapes(family, device: str, shapes: Optional[list], timing_shapes: Optional[list],
+                claimed: Optional[list], timing: bool, boundary: bool = True):
+    """(shapes checked with repeats, boundary shapes checked once per dtype, skipped boundary
+    shapes, timed shapes). The boundary set covers one past every declared edge and the
+    largest value of every dim that a claimed, checked or timed shape takes; on a GPU the
+    largest timed shape (by bytes) is checked in every dtype too."""
+    given = [tuple(s) for s in (shapes or [])]
+    shapes = given or [tuple(s) for s in family.tiny_shapes]
+    timed = [tuple(s) for s in (timing_shapes or default_timing_shapes(family, device))] \
+        if timing else []
+    claims = [tuple(s) for s in (claimed or [])] + given + timed
+    edge, skipped = family.boundary_shapes(claims, device) if boundary else ([], [])
+    if device == "cuda" and timed:
+        big = max(timed, key=lambda s: family.bytes_moved(s, 2))
+        if big not in edge and big not in shapes:
+            edge.append(big)
+    return shapes, edge, skipped, timed
+
+
+def _fingerprint(args) -> list:
+    from kernelsearch.harness.correctness import fingerprint
+
+    return [fingerprint(a) for a in args]
+
+
 def judge(family_name: str, source: str, config: Optional[dict] = None, *, device: str = "cpu",
           dtypes: Optional[list] = None, shapes: Optional[list] = None, random_shapes: int = 2,
           seeds: int = 2, timing: bool = True, timing_shapes: Optional[list] = None,
           ceilings=None, incumbent: bool = True, graph: bool = False,
           reps: int = 30, static_guard: bool = True, timing_dtype: Optional[str] = None,
-          against: Optional[tuple] = None) -> Verdict:
+          against: Optional[tuple] = None, claimed: Optional[list] = None,
+          boundary: bool = True) -> Verdict:
     """static_guard=False skips the AST guard (red-team tests of the runtime checks only).
-    against=(source, config): an incumbent kernel to A/B against (interleaved) besides torch."""
+    against=(source, config): an incumbent kernel to A/B against (interleaved) besides torch.
+    shapes: checked with repeats (default: the family's tiny shapes); timing_shapes: where it is
+    timed (default: the sweep on a GPU, one tiny shape on the CPU); claimed: further shapes the
+    caller will use it at (a table range's largest point): their largest dims are checked.
+    boundary=False drops the boundary shapes (harness self-tests only)."""
     t0 = time.time()
     v = guard_stage(source) if static_guard else None
     if v:
@@ -69,69 +115,137 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
 
     family = get(family_name)
     dtypes = list(dtypes or default_dtypes(family, device))
-    shapes = [tuple(s) for s in (shapes or family.tiny_shapes)]
+    shapes, edge, skipped, timed = plan_shapes(family, device, shapes, timing_shapes, claimed,
+                                               timing, boundary)
     shapes += correctness.random_shapes(family, random_shapes, big=(device == "cuda"))
+    scope = dict(device=device_label(device),
+                 checked_shapes=[list(s) for s in dict.fromkeys(shapes + edge)],
+                 skipped_shapes=[list(s) for s in skipped],
+                 timed_shapes=[list(s) for s in timed])
     stage = "correctness"
     timings: dict = {}
     try:
         runner = correctness.Runner(source, config)
-        correctness.check(runner, family, shapes, dtypes, device, seeds=seeds, log=checks)
+        correctness.check(runner, family, shapes, dtypes, device, seeds=seeds, log=checks,
+                          boundary=edge)
         if timing:
             stage = "timing"
-            from kernelsearch.families.base import element_size
-
-            for shape in [tuple(s) for s in (timing_shapes or shapes[:1])]:
-                dt = timing_dtype or ("bfloat16" if device == "cuda" and "bfloat16" in dtypes
-                                      else dtypes[0])
-                es = element_size(dt)
-                nbytes = family.bytes_moved(shape, es)
-                nrot = tm.rotations(nbytes, device)
-                sets = []
-                for i in range(nrot):
-                    g = torch.Generator().manual_seed(1000 + i)
-                    sets.append(family.make_inputs(shape, dt, device, g, "normal"))
-                fn = runner.fast_forward()
-                r = tm.bench(fn, sets, device, reps=reps)
-                # the timed path (no sandbox, no poison) must compute the same function: a
-                # kernel that notices it is not being checked and skips work is caught here
-                # (fresh inputs: a stale buffer from the timed runs cannot hold their answer)
-                fresh = family.make_inputs(shape, dt, device, torch.Generator().manual_seed(
-                    int.from_bytes(os.urandom(4), "little")), "normal")
-                try:
-                    correctness.compare(fn(*fresh), family.reference(*fresh), dt, family,
-                                        f"timed path, shape {shape} {dt}")
-                except Rejected as e:
-                    raise Rejected("timing", "incorrect", "timed_path", e.detail) from None
-                key = f"{'x'.join(map(str, shape))}:{dt}"
-                rec = {"median_us": r["median_s"] * 1e6, "p25_us": r["p25_s"] * 1e6,
-                       "p75_us": r["p75_s"] * 1e6, "mode": r["mode"],
-                       "GBps": nbytes / r["median_s"] / 1e9,
-                       "TFLOPs": family.flops(shape) / r["median_s"] / 1e12}
-                why = tm.too_fast(r["median_s"], nbytes, family.flops(shape), ceilings)
-                if why:
-                    raise Rejected("timing", "too_fast", "below_floor", f"{key}: {why}")
-                if graph and device == "cuda":
-                    rec["graph_us"] = tm.bench_graph(fn, sets)["median_s"] * 1e6
-                rec.update(tm.host_costs(fn, family.torch_default, sets, device))
-                if incumbent:
-                    ab = tm.ab(fn, lambda *a: family.torch_default(*a), sets, device,
-                               rounds=4 if device != "cuda" else 8, reps=3 if device != "cuda" else 10)
-                    rec["speedup_vs_torch"] = ab["speedup"]
-                    rec["speedup_spread"] = [ab["speedup_p25"], ab["speedup_p75"]]
-                if against is not None:
-                    inc = correctness.Runner(against[0], against[1]).fast_forward()
-                    ab = tm.ab(fn, inc, sets, device, rounds=4 if device != "cuda" else 8,
-                               reps=3 if device != "cuda" else 10)
-                    rec["speedup_vs_incumbent"] = ab["speedup"]
-                    rec["incumbent_spread"] = [ab["speedup_p25"], ab["speedup_p75"]]
-                timings[key] = rec
+            for shape in timed:
+                timings.update(_time_shape(runner, family, shape, dtypes, device, reps,
+                                           ceilings, incumbent, graph, timing_dtype, against))
             checks.append("timing")
     except Rejected as r:
-        return r.verdict(timings=timings, checks=checks, seconds=time.time() - t0)
+        return r.verdict(timings=timings, checks=checks, seconds=time.time() - t0, **scope)
     except Exception as e:  # the candidate's own failure is a verdict, not a harness error
         v = classify(e, stage)
         v.timings, v.checks, v.seconds = timings, checks, time.time() - t0
+        for k, x in scope.items():
+            setattr(v, k, x)
         return v
     return Verdict(verdict="accepted", stage="timing" if timing else "correctness",
                    code="accepted", detail=f"{len(checks) - 1} checks passed",
-                   timings=timings, checks=checks, seconds=time.time() - t0)
+                   timings=timings, checks=checks, seconds=time.time() - t0,
+                   summary=_summary(timings, device), **scope)
+
+
+def _summary(timings: dict, device: str) -> dict:
+    from kernelsearch.harness import timing as tm
+
+    sp = [t["speedup_vs_torch"] for t in timings.values() if "speedup_vs_torch" in t]
+    out: dict = {"timing": "gpu" if device == "cuda" else
+                 "cpu-interpreter wall time at a toy shape: no statement about GPU speed"}
+    if sp:
+        out["speedup_geomean"] = tm.geomean(sp)
+        out["speedup_min"] = min(sp)
+    return out
+
+
+def _time_shape(runner, family, shape, dtypes, device, reps, ceilings, incumbent, graph,
+                timing_dtype, against) -> dict:
+    """Time one shape, then check what the timed runs computed: the last timed run's output
+    and (graph mode) every output of the last replay against the reference on their inputs,
+    the inputs unchanged, and a fresh call on new inputs. A kernel that behaves differently
+    when repeated, timed or captured is caught here."""
+    import torch
+
+    from kernelsearch.families.base import element_size
+    from kernelsearch.harness import correctness, timing as tm
+
+    dt = timing_dtype or ("bfloat16" if device == "cuda" and "bfloat16" in dtypes
+                          else dtypes[0])
+    key = f"{'x'.join(map(str, shape))}:{dt}"
+    nbytes = family.bytes_moved(shape, element_size(dt))
+
+    def fail(rule: str, e: Rejected, what: str):
+        return Rejected("timing", "incorrect", rule, f"{what}: {e.detail}")
+
+    def seed() -> int:
+        return int.from_bytes(os.urandom(4), "little")
+
+    sets = [family.make_inputs(shape, dt, device, torch.Generator().manual_seed(seed()), "normal")
+            for _ in range(tm.rotations(nbytes, device))]
+    prints = [_fingerprint(s) for s in sets]
+    fn = runner.fast_forward()
+
+    def refresh(args) -> None:  # new values, same tensors, for the last timed run
+        new = family.make_inputs(shape, dt, device, torch.Generator().manual_seed(seed()),
+                                 "normal")
+        for a, f in zip(args, new):
+            if isinstance(a, torch.Tensor):
+                a.copy_(f)
+        prints[next(i for i, s in enumerate(sets) if s is args)] = _fingerprint(args)
+
+    r = tm.bench(fn, sets, device, reps=reps, refresh=refresh)
+    last, li = r.pop("last"), r.pop("last_index")
+    try:
+        correctness.compare(last, family.reference(*sets[li]), dt, family,
+                            f"last timed run, shape {shape} {dt}")
+    except Rejected as e:
+        raise fail("timed_output", e, "the output of a timed run differs") from None
+    del last
+    why = tm.degenerate(r["median_s"])
+    if why:
+        raise Rejected("timing", "too_fast", "degenerate_time", f"{key}: {why}")
+    rec = {"median_us": r["median_s"] * 1e6, "p25_us": r["p25_s"] * 1e6,
+           "p75_us": r["p75_s"] * 1e6, "mode": r["mode"],
+           "GBps": nbytes / r["median_s"] / 1e9,
+           "TFLOPs": family.flops(shape) / r["median_s"] / 1e12}
+    why = tm.too_fast(r["median_s"], nbytes, family.flops(shape), ceilings)
+    if why:
+        raise Rejected("timing", "too_fast", "below_floor", f"{key}: {why}")
+    if graph and device == "cuda":
+        g = tm.bench_graph(fn, sets, keep_outputs=True)
+        outs = g.pop("outputs")
+        try:
+            for i, (o, a) in enumerate(zip(outs, sets)):
+                correctness.compare(o, family.reference(*a), dt, family,
+                                    f"graph replay, call {i}, shape {shape} {dt}")
+        except Rejected as e:
+            raise fail("graph_output", e, "a CUDA-graph replay computed something else") from None
+        del outs
+        rec["graph_us"] = g["median_s"] * 1e6
+    rec.update(tm.host_costs(fn, family.torch_default, sets, device))
+    ab_kw = dict(rounds=4 if device != "cuda" else 8, reps=3 if device != "cuda" else 10)
+    if incumbent:
+        ab = tm.ab(fn, lambda *a: family.torch_default(*a), sets, device, **ab_kw)
+        rec["speedup_vs_torch"] = ab["speedup"]
+        rec["speedup_spread"] = [ab["speedup_p25"], ab["speedup_p75"]]
+    if against is not None:
+        inc = correctness.Runner(against[0], against[1]).fast_forward()
+        ab = tm.ab(fn, inc, sets, device, **ab_kw)
+        rec["speedup_vs_incumbent"] = ab["speedup"]
+        rec["incumbent_spread"] = [ab["speedup_p25"], ab["speedup_p75"]]
+    if [_fingerprint(s) for s in sets] != prints:
+        raise Rejected("timing", "incorrect", "input_mutated",
+                       f"shape {shape} {dt}: an input changed while the kernel was timed")
+    del sets
+    # the timed path (no sandbox, no poison) must compute the same function: a kernel that
+    # notices it is not being checked and skips work is caught here (fresh inputs: no earlier
+    # run computed their answer, so no freed buffer can hold it; the reference runs after)
+    fresh = family.make_inputs(shape, dt, device, torch.Generator().manual_seed(seed()), "normal")
+    try:
+        correctness.compare(fn(*fresh), family.reference(*fresh), dt, family,
+                            f"timed path, shape {shape} {dt}")
+    except Rejected as e:
+        raise Rejected("timing", "incorrect", "timed_path", e.detail) from None
+    return {key: rec}

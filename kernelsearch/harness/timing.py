@@ -5,6 +5,7 @@ Timer functions are bound at import, before any candidate module is loaded, so a
 patches torch.cuda.Event / time.perf_counter cannot change what the harness reads."""
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -66,19 +67,36 @@ def rotations(bytes_per_set: float, device: str, cap: int = 16) -> int:
 
 
 def bench(fn: Callable, arg_sets: list, device: str, warmup: int = 5, reps: int = 30,
-          flush: bool = True) -> dict:
+          flush: bool = True, refresh: Optional[Callable[[tuple], None]] = None) -> dict:
     """Median time of fn(*args) over `reps` runs, rotating over arg_sets; events around each run,
-    L2 flushed before it (outside the timed region), device-wide sync before reading."""
+    L2 flushed before it (outside the timed region), device-wide sync before reading.
+    refresh: called on the last run's input set before it runs (outside the timed region) to
+    give it new values in place; the result then holds that run's output as `last` and its set's
+    index as `last_index`, so the caller can check what a timed run computed: the same tensors
+    as every earlier run (state kept on them persists), values no earlier run saw (no freed
+    buffer holds their answer)."""
     n = len(arg_sets)
     for i in range(warmup):
         fn(*arg_sets[i % n])
+
+    def args_of(i: int):
+        a = arg_sets[i % n]
+        if refresh is not None and i == reps - 1:
+            refresh(a)
+        return a
+
+    out = None
     if device != "cuda":
         samples = []
         for i in range(reps):
+            a = args_of(i)
             t0 = _perf()
-            fn(*arg_sets[i % n])
+            out = fn(*a)
             samples.append(_perf() - t0)
-        return _summary(samples, "wall")
+        r = _summary(samples, "wall")
+        if refresh is not None:
+            r["last"], r["last_index"] = out, (reps - 1) % n
+        return r
     flusher = Flusher(device) if flush else None
     _sync()
     starts = [_Event(enable_timing=True) for _ in range(reps)]
@@ -86,16 +104,24 @@ def bench(fn: Callable, arg_sets: list, device: str, warmup: int = 5, reps: int 
     for i in range(reps):
         if flusher:
             flusher()
+        a = args_of(i)
         _record(starts[i])
-        fn(*arg_sets[i % n])
+        out = fn(*a)
         _record(ends[i])
+        out = out if i == reps - 1 else None
     _sync()
-    return _summary([_elapsed(s, e) * 1e-3 for s, e in zip(starts, ends)], "events")
+    r = _summary([_elapsed(s, e) * 1e-3 for s, e in zip(starts, ends)], "events")
+    if refresh is not None:
+        r["last"], r["last_index"] = out, (reps - 1) % n
+    return r
 
 
-def bench_graph(fn: Callable, arg_sets: list, replays: int = 20) -> dict:
+def bench_graph(fn: Callable, arg_sets: list, replays: int = 20, keep_outputs: bool = False
+                ) -> dict:
     """CUDA-graph mode: one graph runs fn once per input set (launch gaps removed); the time
-    per call is the replay time over the calls in it."""
+    per call is the replay time over the calls in it. keep_outputs: the result also holds
+    `outputs`, what the captured calls wrote in the last replay (one per input set), so the
+    caller can check what a replay computes."""
     fn(*arg_sets[0])
     _sync()
     s = torch.cuda.Stream()
@@ -106,8 +132,7 @@ def bench_graph(fn: Callable, arg_sets: list, replays: int = 20) -> dict:
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for a in arg_sets:
-            fn(*a)
+        outs = [fn(*a) for a in arg_sets]
     g.replay()
     _sync()
     samples = []
@@ -118,8 +143,11 @@ def bench_graph(fn: Callable, arg_sets: list, replays: int = 20) -> dict:
         _record(e1)
         _sync()
         samples.append(_elapsed(e0, e1) * 1e-3 / len(arg_sets))
+    r = _summary(samples, "graph")
+    if keep_outputs:  # the graph's pool stays alive with them; the caller drops them
+        r["outputs"] = outs
     del g
-    return _summary(samples, "graph")
+    return r
 
 
 _sleep_rate: list[float] = []  # torch.cuda._sleep cycles per microsecond, measured once
@@ -193,6 +221,25 @@ def ab(fn_a: Callable, fn_b: Callable, arg_sets: list, device: str, rounds: int 
     return {"a_median_s": statistics.median(ta), "b_median_s": statistics.median(tb),
             "speedup": statistics.median(ratios), "speedup_p25": q[0], "speedup_p75": q[-1],
             "rounds": rounds}
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean in log space. Strict: a value that is zero, negative, NaN or infinite
+    raises ValueError instead of being dropped or letting one degenerate shape underflow the
+    product (a multi-shape score must not be decided by one broken measurement)."""
+    vals = [float(v) for v in values]
+    bad = [v for v in vals if not (v > 0 and math.isfinite(v))]
+    if bad or not vals:
+        raise ValueError(f"geometric mean of {vals}: every value must be positive and finite")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def degenerate(median_s: float) -> Optional[str]:
+    """A time no kernel can take: zero, negative or not a number (a timer or measurement fault,
+    never a speed-up). Checked with or without ceilings."""
+    if not (median_s > 0 and math.isfinite(median_s)):
+        return f"median {median_s!r} s is not a positive finite time"
+    return None
 
 
 def too_fast(median_s: float, bytes_moved: float, flops: float,

@@ -28,6 +28,16 @@ class Verdict:
     timings: dict[str, Any] = field(default_factory=dict)  # per shape: median_us, GBps, ...
     checks: list[str] = field(default_factory=list)  # what was checked and passed
     seconds: float = 0.0
+    # what the verdict vouches for: "cuda:<device name>" or "cpu-interpreter" (Triton's
+    # interpreter: correctness of the kernel's logic, no GPU speed, memory model or capture);
+    # the shapes checked for correctness (boundary shapes included), those skipped (too costly
+    # for the interpreter), and those timed; `summary`: speedup_geomean / speedup_min over
+    # the timed shapes and a note on what the timing means
+    device: str = ""
+    checked_shapes: list[list[int]] = field(default_factory=list)
+    skipped_shapes: list[list[int]] = field(default_factory=list)
+    timed_shapes: list[list[int]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:

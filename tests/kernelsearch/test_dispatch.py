@@ -6,7 +6,7 @@ import torch
 
 from kernelsearch import dispatch
 from kernelsearch.families import get
-from kernelsearch.table import DispatchTable, Entry, TableError, build
+from kernelsearch.table import DispatchTable, Entry, TableError, build, plan
 
 
 @pytest.fixture(autouse=True)
@@ -147,7 +147,7 @@ def test_build_ranges_merge_and_fallback():
         {"shape": [8, 8192], "dtype": "bfloat16", "variant": "row", "config": {"ROWS": 1, "num_warps": 4},
          "time_s": 5e-6, "baseline_s": 8e-6},
     ]
-    es = build("softmax", rows)
+    es = plan("softmax", rows)
     assert len(es) == 2
     e4096 = next(e for e in es if e.match == {"cols": 4096})
     # 8 and 256 share a winner and merge; the range ends at the geometric midpoint to 4096
@@ -159,6 +159,30 @@ def test_build_ranges_merge_and_fallback():
     assert t.lookup("softmax", "bfloat16", {"rows": 7, "cols": 4096}) is None
 
 
+def test_build_refuses_a_range_whose_largest_point_was_never_checked():
+    """An entry for rows [8, 1024] measured at 8 and 256 is certified only once 1024x4096 was
+    correctness-checked for that variant, config and dtype."""
+    from kernelsearch.table import largest_point, uncertified
+
+    cfg = {"ROWS": 1, "num_warps": 4}
+    rows = [{"shape": [m, 4096], "dtype": "bfloat16", "variant": "row", "config": cfg,
+             "time_s": 5e-6, "baseline_s": 8e-6, "checked": [[m, 4096]]} for m in (8, 256)]
+    rows.append({"shape": [4096, 4096], "dtype": "bfloat16", "variant": None, "config": None,
+                 "time_s": 0, "baseline_s": 1e-5})
+    with pytest.raises(TableError, match="largest point 1024x4096 was not correctness-checked"):
+        build("softmax", rows)
+    (e,) = plan("softmax", rows)
+    assert largest_point(e) == (1024, 4096) and uncertified([e], {}) == [(e, (1024, 4096))]
+    # checked for another dtype or config: still refused
+    with pytest.raises(TableError):
+        build("softmax", rows, checked=[("row", cfg, "float16", (1024, 4096))])
+    with pytest.raises(TableError):
+        build("softmax", rows, checked=[("row", dict(cfg, num_warps=8), "bfloat16", (1024, 4096))])
+    (e,) = build("softmax", rows, checked=[{"variant": "row", "config": cfg, "dtype": "bfloat16",
+                                             "shape": [1024, 4096]}])
+    assert e.ranges == {"rows": [8, 1024]}
+
+
 def test_build_never_stretches_a_range_past_the_variants_constraints():
     """A skinny matmul (offered for M <= 16) winning at M = 16 between torch at M = 1 and
     M = 4096 covers [5, 16], not the midpoint range [5, 256]; a tiled win keeps its midpoints."""
@@ -168,16 +192,16 @@ def test_build_never_stretches_a_range_past_the_variants_constraints():
              "time_s": t, "baseline_s": 10e-6}
             for m, v, c, t in [(1, None, {}, 11e-6), (16, "skinny", cfg, 8e-6),
                                (4096, None, {}, 11e-6)]]
-    (e,) = build("matmul", rows)
+    (e,) = plan("matmul", rows)
     assert e.ranges == {"M": [5, 16]}
     tiled = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "STAGES": 3,
              "num_warps": 4}
     rows[1].update(variant="tiled", config=tiled)
-    (e,) = build("matmul", rows)
+    (e,) = plan("matmul", rows)
     assert e.ranges == {"M": [5, 256]}  # tiled 16x64 tiles are offered up to M = 511
     # BLOCK_M 64 is refused below M = 33 and 64-wide N tiles from M = 512: [9, 512] shrinks
     rows[1].update(shape=[64, 4096, 4096], config=dict(tiled, BLOCK_M=64))
-    (e,) = build("matmul", rows)
+    (e,) = plan("matmul", rows)
     assert e.ranges == {"M": [33, 511]}
 
 

@@ -77,3 +77,42 @@ def test_host_cost_is_a_cuda_measurement_and_never_decides():
 
     rec = tm.host_costs(boom, boom, [()], "cuda")
     assert set(rec) == {"host_error"} and "RuntimeError" in rec["host_error"]
+
+
+def test_fingerprint_sees_one_changed_element_across_chunks(monkeypatch):
+    """Inputs too big to copy are fingerprinted (sum and position-weighted sum of their bits, in
+    chunks): a copy matches, one changed element or two swapped ones do not."""
+    monkeypatch.setattr(correctness, "CHUNK", 1000)
+    x = torch.randn(7, 1001)
+    fp = correctness.fingerprint(x)
+    assert correctness.fingerprint(x.clone()) == fp
+    y = x.clone()
+    y[6, 1000] += 1.0
+    assert correctness.fingerprint(y) != fp
+    z = x.clone()
+    z[0, 0], z[5, 3] = x[5, 3], x[0, 0]
+    assert correctness.fingerprint(z) != fp
+    monkeypatch.setattr(correctness, "SNAPSHOT_BYTES", 1024)
+    assert correctness._unchanged(x, correctness._snapshot(x))
+    assert not correctness._unchanged(y, correctness._snapshot(x))
+
+
+def test_last_timed_run_gets_new_values_in_the_same_tensors():
+    """The output the judge checks after timing comes from a run on the same tensors as every
+    earlier run (state a candidate keeps on them persists) holding values no earlier run saw (no
+    freed buffer can hold their answer)."""
+    seen = []
+
+    def fn(x):
+        seen.append((x, float(x[0])))
+        return x * 2
+
+    sets = [(torch.ones(3),), (torch.ones(3) * 2,)]
+
+    def refresh(a):
+        a[0].fill_(5.0)
+
+    r = timing.bench(fn, sets, "cpu", warmup=2, reps=4, refresh=refresh)
+    assert all(x is sets[i % 2][0] for i, (x, _) in enumerate(seen[2:]))
+    assert [v for _, v in seen] == [1, 2, 1, 2, 1, 5]
+    assert r["last_index"] == 1 and torch.equal(r["last"], torch.full((3,), 10.0))

@@ -20,6 +20,19 @@ def test_check_accepts_honest_json(tmp_path):
     d = json.loads(p.stdout)
     assert (d["verdict"], d["code"], d["stage"]) == ("accepted", "accepted", "timing")
     assert d["timings"] and all(t["median_us"] > 0 for t in d["timings"].values())
+    # a CPU verdict says so, and lists what it checked, left to the GPU and timed
+    assert d["device"] == "cpu-interpreter" and "toy shape" in d["summary"]["timing"]
+    assert [257, 17] in d["checked_shapes"] and [3, 8193] in d["checked_shapes"]
+    assert [65537, 17] in d["skipped_shapes"] and d["timed_shapes"] == [[3, 17]]
+
+
+def test_check_times_at_the_shape_asked_for(tmp_path):
+    p = cli("kernel", "check", "--family", "softmax", "--candidate", str(RED / "honest.py"),
+            "--device", "cpu", "--shape", "4x40", "--dtype", "float32", "--json", state=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["timed_shapes"] == [[4, 40]] and list(d["timings"]) == ["4x40:float32"]
+    assert [4, 40] in d["checked_shapes"]
 
 
 def test_check_rejects_with_reason_code_and_exit_1(tmp_path):

@@ -12,6 +12,12 @@ STATIC = [
     ("side_stream", "guard_failed", "stream"),
     ("starts_thread", "guard_failed", "thread"),
     ("patches_timer", "guard_failed", "monkey_patch"),
+    # issue 16: the guard already stops these; their runtime rules are tested below
+    ("tensor_subclass", "guard_failed", "module_state"),
+    ("capture_aware", "guard_failed", "stream"),
+    ("counter_default", "guard_failed", "module_state"),
+    ("counter_func_attr", "guard_failed", "monkey_patch"),
+    ("counter_tensor_attr", "guard_failed", "reflection"),
 ]
 
 RUNTIME = [
@@ -42,10 +48,10 @@ def test_runtime_cheats_rejected(redteam, name, code, rule):
 
 
 def test_lazy_when_not_watched_caught_on_the_timed_path(redteam):
-    """Skips work when its output is not NaN-poisoned (i.e. when timed): the timed path's own
-    output is checked on fresh inputs."""
+    """Skips work when its output is not NaN-poisoned (i.e. when timed): the last timed run's
+    output is checked against the reference (and the timed path again on fresh inputs)."""
     v = check("softmax", redteam("lazy_when_timed"), isolate=False, incumbent=False)
-    assert (v.stage, v.code, v.rule) == ("timing", "incorrect", "timed_path"), v
+    assert (v.stage, v.code, v.rule) == ("timing", "incorrect", "timed_output"), v
 
 
 def test_low_precision_rejected_at_fp32(redteam):
@@ -114,3 +120,98 @@ def test_too_fast_against_a_ceiling(redteam):
     ok = check("softmax", redteam("honest"), isolate=False,
                ceilings=Ceilings(read_Bps=1e15, flops=1e18), incumbent=False)
     assert ok.accepted, ok
+
+
+# issue 16: cheats that only checks at scale catch. Boundary shapes (one past every block edge,
+# cheap in the other dims) are in every correctness run, so these fail deterministically:
+# (candidate, stage, code, rule)
+AT_SCALE = [
+    ("first_rows", "correctness", "incorrect", "unwritten"),  # 65 rows
+    ("capped_grid", "correctness", "incorrect", "unwritten"),  # 257 rows
+    ("narrow_only", "correctness", "incorrect", "tolerance"),  # 2049 columns
+    ("precision_when_wide", "correctness", "incorrect", "tolerance"),  # 4097 columns, float32
+    ("reuses_freed_output", "correctness", "incorrect", "unwritten"),
+    ("only_tested_shapes", "correctness", "incorrect", None),  # no longer left to luck
+]
+# with the static guard off: the run-time rule that catches each (outputs of timed runs)
+UNGUARDED = [
+    ("tensor_subclass", "correctness", "incorrect", "not_plain_tensor"),
+    ("counter_default", "timing", "incorrect", "timed_output"),
+    ("counter_func_attr", "timing", "incorrect", "timed_output"),
+    ("counter_tensor_attr", "timing", "incorrect", "timed_output"),
+]
+
+
+def _expect(v, stage, code, rule):
+    assert (v.verdict, v.stage, v.code) == ("rejected", stage, code), v
+    if rule:
+        assert v.rule == rule, v
+    else:
+        assert v.rule in ("unwritten", "tolerance"), v
+
+
+@pytest.mark.parametrize("name,stage,code,rule", AT_SCALE)
+def test_cheats_at_scale_rejected_with_check_defaults(redteam, name, stage, code, rule):
+    """What `metaltune kernel check` runs on the CPU (defaults, timing included)."""
+    v = check("softmax", redteam(name), isolate=False)
+    _expect(v, stage, code, rule)
+    assert v.device == "cpu-interpreter" and [65, 17] in v.checked_shapes
+
+
+@pytest.mark.parametrize("name,stage,code,rule", UNGUARDED)
+def test_timed_or_counted_behaviour_caught_at_run_time(redteam, name, stage, code, rule):
+    v = check("softmax", redteam(name), isolate=False, static_guard=False)
+    _expect(v, stage, code, rule)
+
+
+def test_scale_suite_rejects_every_run(redteam):
+    """Five runs of the new candidates, each with fresh os.urandom seeds and value distributions
+    in every check: the same code every time (one dtype and one draw per shape to stay cheap;
+    the boundary shapes are the same in every run by construction)."""
+    seen: dict = {}
+    for run in range(5):
+        for name, stage, code, rule in AT_SCALE + UNGUARDED:
+            v = check("softmax", redteam(name), isolate=False, dtypes=["float32"], seeds=1,
+                      random_shapes=1, reps=12, static_guard=(name, stage, code, rule) in AT_SCALE)
+            _expect(v, stage, code, rule)
+            if " seed " in v.detail:
+                seen.setdefault(name, set()).add(v.detail.split(" seed ")[1].split(":")[0])
+    # correctness rejections name the failing draw's seed: a fresh one in each run
+    assert seen and all(len(s) == 5 for s in seen.values()), seen
+
+
+def test_verdict_names_checked_skipped_and_timed_shapes(redteam):
+    v = check("softmax", redteam("honest"), isolate=False, dtypes=["float32"], seeds=1, reps=3)
+    assert v.accepted, v
+    checked = {tuple(s) for s in v.checked_shapes}
+    assert {(65, 17), (257, 17), (3, 1025), (3, 2049), (3, 4097), (3, 8193)} <= checked
+    assert {tuple(s) for s in v.skipped_shapes} == {(4097, 17), (65537, 17), (3, 16385)}  # GPU
+    assert v.timed_shapes == [[3, 17]] and "toy shape" in v.summary["timing"]
+
+
+def test_claimed_shape_is_checked_at_its_largest_dims(redteam):
+    """A caller who will use the kernel at 70000 rows gets (70000, 17) checked, though the
+    interpreter skips the 4097/65537-row edges; first_rows fails there and at 65 rows."""
+    from kernelsearch.harness.judge import plan_shapes
+    from kernelsearch.families import get
+
+    _, edge, skipped, timed = plan_shapes(get("softmax"), "cpu", None, [(4, 17)],
+                                          [(70000, 300)], True)
+    assert (70000, 17) in edge and (3, 300) in edge and timed == [(4, 17)]
+
+
+def test_strict_geomean_and_degenerate_times():
+    """One degenerate shape cannot decide a multi-shape score: a zero, negative or NaN time is a
+    measurement fault (too_fast/degenerate_time), and the geometric mean refuses it instead of
+    dropping it or underflowing (tuner's workload geomean drops non-positive values)."""
+    import math
+
+    from kernelsearch.harness import timing as tm
+
+    assert tm.degenerate(0.0) and tm.degenerate(float("nan")) and tm.degenerate(-1e-9)
+    assert tm.degenerate(1e-7) is None
+    for bad in ([1.2, 0.0], [1.0, float("inf")], [float("nan")], []):
+        with pytest.raises(ValueError):
+            tm.geomean(bad)
+    tiny = [1e-300] * 4 + [1e300] * 4  # a naive product underflows and overflows
+    assert math.isclose(tm.geomean(tiny), 1.0)

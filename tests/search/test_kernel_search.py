@@ -126,3 +126,21 @@ def test_a_bucket_starts_from_the_previous_winner_with_its_measurements_as_prior
     second = search_bucket("softmax", nxt, replay_evaluator(synthetic_grid("softmax", nxt)),
                            "optuna", budget=6, seed=0, start=best, prior=prior)
     assert tuple(second["measured"][0][:2]) == best and second["evaluations"] == 6
+
+
+def test_table_entries_are_certified_at_their_largest_point():
+    """Buckets at 3 and 20 rows with different winners: the 3-row entry's range runs to the
+    midpoint (7 rows), which nobody checked, so the judge checks 7x17 before the table may
+    cover it; the 20-row entry ends at its own, checked, bucket."""
+    from kernelsearch.table import largest_point
+    from tuner.search.kernel import certified_entries
+
+    a = {"BLOCK": 256, "num_warps": 1}
+    b = {"BLOCK": 512, "num_warps": 2}
+    rows = [{"shape": [m, 17], "dtype": "float32", "variant": "flat", "config": c,
+             "time_s": 1e-6, "baseline_s": 2e-6, "checked": [[m, 17]]}
+            for m, c in ((3, a), (20, b))]
+    entries, made = certified_entries("swiglu", rows, "cpu", isolate=False)
+    assert [largest_point(e) for e in entries] == [(7, 17), (20, 17)]
+    assert made == [{"variant": "flat", "config": a, "dtype": "float32", "shape": [7, 17],
+                     "code": "accepted", "rule": ""}]

@@ -269,3 +269,25 @@ def test_mixed_search_is_an_operation_the_daemon_runs_in_a_child():
     from tuner.daemon.service import SEARCH_OPS
 
     assert "search_mixed" in ops.names() and "search_mixed" in SEARCH_OPS
+
+
+def test_kernel_slots_and_proposer_sources_go_through_the_judge_at_scale():
+    """Both kernel paths of the mixed search use kernelsearch.harness.check as `kernel check`
+    does: a proposer's source that computes only the first 64 rows is rejected at the
+    boundary shape of 65 rows, and a shipped variant in a slot is timed at the slot's shape
+    with the boundary shapes checked; the recorded verdict names its device and shapes."""
+    from types import SimpleNamespace
+
+    from tuner.search.mixed.evaluator import MixedEvaluator
+    from tuner.trial import KernelChoice
+
+    ev = SimpleNamespace(verdicts={}, isolate=False, device="cpu", judge_timeout_s=300.0)
+    src = (REPO / "tests/kernelsearch/redteam/first_rows.py").read_text()
+    r = MixedEvaluator.judge(ev, KernelChoice(family="softmax", variant="llm", source=src),
+                             None, None)
+    assert (r["code"], r["rule"]) == ("incorrect", "unwritten"), r
+    assert "(65, 17)" in r["detail"] and r["device"] == "cpu-interpreter"
+    slot = KernelChoice(family="softmax", variant="row", config={"ROWS": 1, "num_warps": 1})
+    r = MixedEvaluator.judge(ev, slot, (4, 17), "float32")
+    assert r["code"] == "accepted", r
+    assert r["timed_shapes"] == [[4, 17]] and [257, 17] in r["checked_shapes"]

@@ -57,7 +57,8 @@ def check_cmd(
     config: Optional[str] = typer.Option(None, "--config", help="JSON object of keyword arguments for forward."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="Dtypes to check; repeatable."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Extra shape to check, e.g. 4096x8192; repeatable."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape to check and time at, e.g. 4096x8192; repeatable (default: timed at the family's sweep on a GPU, a tiny shape on the CPU)."),
+    graph: bool = typer.Option(False, "--graph", help="Also time inside a CUDA graph and check the replay's outputs (GPU)."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before the candidate process is killed."),
     mem_limit_mb: int = typer.Option(6144, "--mem-limit-mb", help="Resident memory limit of the candidate process."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Stop after correctness."),
@@ -87,18 +88,19 @@ def check_cmd(
         if d not in fam.dtypes:
             raise BadInput(f"--dtype {d!r}: {family} takes one of {', '.join(fam.dtypes)}")
     shapes = [_shape(s, family) for s in shape or []]
-    from kernelsearch.harness import check
-    from kernelsearch.harness.timing import H200
+    from kernelsearch.harness import check, floor_for
 
     kw = {}
-    if shapes:
+    if shapes:  # checked (with the tiny shapes on the CPU), timed, and their largest dims covered
         kw["shapes"] = shapes + [tuple(s) for s in (fam.tiny_shapes if dev == "cpu" else [])]
+        kw["timing_shapes"] = shapes
     v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb,
-              dtypes=list(dtype) if dtype else None, timing=not no_timing,
-              ceilings=H200 if dev == "cuda" else None, **kw)
+              dtypes=list(dtype) if dtype else None, timing=not no_timing, graph=graph,
+              ceilings=floor_for(dev), **kw)
     if as_json:
         print(json.dumps(dict(v.to_dict(), family=family, candidate=str(candidate),
-                              device=dev), indent=2))
+                              device=v.device or ("cpu-interpreter" if dev == "cpu" else dev)),
+                         indent=2))
     else:
         from rich.console import Console
 
@@ -108,6 +110,14 @@ def check_cmd(
                 + (f"  rule={v.rule}" if v.rule else "") + f"  ({v.seconds:.1f}s)")
         if v.detail:
             c.print(v.detail, markup=False)
+        c.print(f"  on {v.device}: {len(v.checked_shapes)} shapes checked"
+                + (f", {len(v.skipped_shapes)} boundary shapes left to the GPU "
+                   f"({', '.join('x'.join(map(str, s)) for s in v.skipped_shapes)})"
+                   if v.skipped_shapes else "")
+                + (f"; timed at {', '.join('x'.join(map(str, s)) for s in v.timed_shapes)}"
+                   if v.timed_shapes else ""), markup=False)
+        if v.summary.get("timing", "gpu") != "gpu":
+            c.print(f"  timing: {v.summary['timing']}", markup=False)
         for key, t in v.timings.items():
             c.print(f"  {key}: median {t['median_us']:.2f} us ({t['mode']}), "
                     f"{t['GBps']:.1f} GB/s, {t['TFLOPs']:.3f} TFLOP/s"

@@ -99,7 +99,7 @@ def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[st
     """Each evaluation: the full judge on the variant's source with this config, timed at the
     bucket's shape (A/B against the torch op included)."""
     from kernelsearch.families import get
-    from kernelsearch.harness import check
+    from kernelsearch.harness import check, floor_for
 
     fam = get(family)
     dt = dtype or (fam.dtypes[0] if device == "cuda" else (
@@ -112,16 +112,27 @@ def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[st
         v = check(family, fam.variants[variant].file, config, device=device, isolate=isolate,
                   timeout_s=timeout_s, dtypes=[dt], shapes=[shape] + fam.tiny_shapes[:1]
                   if device == "cuda" else [shape], timing_shapes=[shape], seeds=1,
-                  reps=30 if device == "cuda" else 3, against=against)
-        t = next(iter(v.timings.values()), {}) if v.accepted else {}
-        return {"time_s": t.get("median_us", 0) * 1e-6 if v.accepted else None,
-                "code": v.code, "rule": v.rule, "stage": v.stage, "detail": v.detail,
-                "speedup_vs_torch": t.get("speedup_vs_torch"), "timings": v.timings,
-                "vs_incumbent": t.get("incumbent_spread"),
-                "checks": v.checks, "seconds": v.seconds}
+                  reps=30 if device == "cuda" else 3, against=against,
+                  ceilings=floor_for(device))
+        return verdict_record(v)
 
     evaluate.ab_incumbent = True  # type: ignore[attr-defined]
     return evaluate
+
+
+def verdict_record(v: Any) -> dict:
+    """A harness Verdict as the search and the mixed evaluator record it: the code and rule,
+    the time (one timed shape: a bucket) and the speed-up over every timed shape (the geometric
+    mean; `speedup_min` beside it, so one shape cannot hide a regression elsewhere), and the
+    scope: the device and the shapes checked and timed."""
+    t = next(iter(v.timings.values()), {}) if v.accepted else {}
+    return {"time_s": t.get("median_us", 0) * 1e-6 if v.accepted else None,
+            "code": v.code, "rule": v.rule, "stage": v.stage, "detail": v.detail,
+            "speedup_vs_torch": v.summary.get("speedup_geomean", t.get("speedup_vs_torch")),
+            "speedup_min": v.summary.get("speedup_min"), "timings": v.timings,
+            "vs_incumbent": t.get("incumbent_spread"), "device": v.device,
+            "checked_shapes": v.checked_shapes, "skipped_shapes": v.skipped_shapes,
+            "timed_shapes": v.timed_shapes, "checks": v.checks, "seconds": v.seconds}
 
 
 def replay_evaluator(grid: list[dict]) -> Evaluate:
@@ -307,7 +318,7 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
             if r["best"]:
                 start = (r["best"]["variant"], r["best"]["config"])
             results.append(r)
-    from kernelsearch.table import DispatchTable, build
+    from kernelsearch.table import DispatchTable
 
     dt = fam.dtypes[0] if device == "cuda" else (
         "float16" if fam.bound == "compute" or family == "decode_attention" else "float32")
@@ -317,13 +328,50 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
         if b and b.get("speedup_vs_torch"):
             rows.append({"shape": r["shape"], "dtype": dt, "variant": b["variant"],
                          "config": b["config"], "time_s": b["time_s"],
-                         "baseline_s": b["time_s"] * b["speedup_vs_torch"]})
-    table = DispatchTable(build(family, rows), device=device,
-                          meta={"run_id": run_id, "proposer": proposer, "budget": budget})
+                         "baseline_s": b["time_s"] * b["speedup_vs_torch"],
+                         "checked": [r["shape"]]})  # the judge checked and timed the bucket
+    entries, range_checks = certified_entries(family, rows, device, isolate=isolate)
+    table = DispatchTable(entries, device=device,
+                          meta={"run_id": run_id, "proposer": proposer, "budget": budget,
+                                "range_checks": range_checks})
     out = Path(table_out) if table_out else Path(state_dir) / "kernels" / f"{family}-{run_id}.json"
     table.save(out)
     return {"run_id": run_id, "family": family, "device": device, "proposer": proposer,
             "buckets": results, "table": str(out), "entries": len(table.entries)}
+
+
+def certified_entries(family: str, rows: list[dict], device: str, isolate: bool = True,
+                      timeout_s: float = 300.0) -> tuple[list, list[dict]]:
+    """The dispatch entries the rows imply, each certified at its largest point: a range runs
+    to the midpoint between buckets, so the judge checks the kernel there (correctness in the
+    table's dtype) before the table may cover it. A kernel that fails there loses its bucket
+    (torch keeps the range). Returns (entries, the range checks made)."""
+    from kernelsearch.families import get
+    from kernelsearch.harness import check
+    from kernelsearch.table import build, evidence_of, plan, uncertified
+
+    fam = get(family)
+    checked: list[tuple] = []
+    made: list[dict] = []
+    rows = list(rows)
+    while True:
+        own = [(r["variant"], r["config"], r["dtype"], s) for r in rows for s in r["checked"]]
+        todo = uncertified(plan(family, rows), evidence_of(checked + own))
+        if not todo:
+            return build(family, rows, checked=checked), made
+        for e, pt in todo:
+            v = check(family, fam.variants[e.variant].file, e.config, device=device,
+                      isolate=isolate, timeout_s=timeout_s, dtypes=[e.dtype], shapes=[pt],
+                      seeds=1, random_shapes=0, timing=False)
+            made.append({"variant": e.variant, "config": e.config, "dtype": e.dtype,
+                         "shape": list(pt), "code": v.code, "rule": v.rule})
+            if v.accepted:
+                checked.append((e.variant, e.config, e.dtype, pt))
+            else:  # the kernel is wrong at a size its entry would route to it
+                rows = [r for r in rows if not (r["variant"] == e.variant
+                                                and r["config"] == e.config
+                                                and fam.dims_dict(tuple(r["shape"]))
+                                                and e.covers(fam.dims_dict(tuple(r["shape"]))))]
 
 
 def replay_efficiency(res: dict, seeds: int = 10, budget_frac: float = 0.2,

@@ -18,22 +18,31 @@ def make_inputs(shape, dtype, device, gen, dist="normal"):
 
 
 def reference(q, k, v):
-    """float64, per kv head group (no repeat of K/V: a 128k-token cache stays affordable)."""
+    """float64, per kv head group and sequence (no repeat of K/V: a 128k-token cache stays
+    affordable)."""
     import torch
 
     B, HQ, D = q.shape
     HKV = k.shape[1]
-    qd = q.double().view(B, HKV, HQ // HKV, D)
-    kd, vd = k.double(), v.double()
-    s = torch.einsum("bkgd,bkld->bkgl", qd, kd) / D ** 0.5
-    out = torch.einsum("bkgl,bkld->bkgd", torch.softmax(s, dim=-1), vd)
-    return out.reshape(B, HQ, D)
+    out = []
+    for b in range(B):  # one sequence at a time: a float64 copy of 8 x 128k tokens is 17 GB
+        qd = q[b].double().view(HKV, HQ // HKV, D)
+        kd, vd = k[b].double(), v[b].double()
+        s = torch.einsum("kgd,kld->kgl", qd, kd) / D ** 0.5
+        out.append(torch.einsum("kgl,kld->kgd", torch.softmax(s, dim=-1), vd).reshape(HQ, D))
+    return torch.stack(out)
 
 
 def torch_default(q, k, v):
     import torch.nn.functional as F
 
     return F.scaled_dot_product_attention(q.unsqueeze(2), k, v, enable_gqa=True).squeeze(2)
+
+
+def _fit(shape):
+    """A consistent GQA shape: HQ a multiple of HKV (rounded up)."""
+    B, HQ, HKV, L, D = shape
+    return (B, -(-HQ // HKV) * HKV, HKV, L, D)
 
 
 def _valid(cfg, shape):
@@ -85,4 +94,11 @@ FAMILY = Family(
     shape_dims=("B", "HQ", "HKV", "L", "D"),
     exact_dims=("HQ", "HKV", "D"),
     range_dims=("B", "L"),
+    # L: one past every BLOCK_N and SPLIT (and past flashdec's 128-chunk merge tile at SPLIT 128);
+    # HQ: query heads per kv head past the 16-row GQA tile; B and HKV past a few programs
+    edges={"B": (16,), "HQ": (16, 32), "HKV": (8,),
+           "L": (16, 32, 64, 128, 256, 512, 1024, 2048, 16384)},
+    cheap=(1, 2, 1, 20, 16),
+    interp_max={"L": 2049},
+    fit=_fit,
 )

@@ -139,4 +139,8 @@ FAMILY = Family(
     bound="compute",
     layout_of=layout_of,
     layout="t",
+    # BLOCK_M 16..128 (skinny: 16-row slices), BLOCK_N 16..256, BLOCK_K 64..512 and split-K
+    # slices: one past each, the other dims small
+    edges={"M": (16, 64, 128, 256), "N": (16, 32, 64, 128, 256), "K": (64, 128, 256, 512, 1024)},
+    cheap=(5, 33, 40),
 )

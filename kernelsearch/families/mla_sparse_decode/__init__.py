@@ -144,4 +144,9 @@ FAMILY = Family(
     range_dims=("B", "L"),
     bound="compute",
     scale_of=mla.per_sequence_rms,
+    # lengths just past a 64-token page/tile, a 256-token chunk and a 1024-token split; the CPU
+    # interpreter runs the first two (the GPU all, plus the largest claimed shape)
+    edges={"L": (64, 256, 1024)},
+    cheap=(1, 16, 100, 16, 33, 1),
+    interp_max={"L": 257},
 )

@@ -75,6 +75,12 @@ def shape_of(x, cos, sin):
     return (B, NH, D)
 
 
+def _fit(shape):
+    """An even head dim (pairs of halves): D rounded up."""
+    B, NH, D = shape
+    return (B, NH, D + D % 2)
+
+
 def _heads_valid(cfg, shape):
     """[BLOCK_H, D/2] pairs per program: no block beyond the heads, at most 32 pairs per thread,
     no idle warps."""
@@ -122,4 +128,10 @@ FAMILY = Family(
     shape_dims=("B", "NH", "D"),
     exact_dims=("NH", "D"),
     range_dims=("B",),
+    # B: the heads variant's grid rows; NH past BLOCK_H 16..64; D past the half-width power of
+    # two (HALF 32/64/128; `_fit` makes D even); the flat variant's BLOCK spans B*NH*D/2
+    edges={"B": (64, 256), "NH": (16, 32, 64, 128), "D": (64, 128, 256)},
+    cheap=(1, 3, 8),
+    interp_max={"B": 65, "NH": 65},
+    fit=_fit,
 )

@@ -56,4 +56,7 @@ FAMILY = Family(
     shape_dims=("rows", "cols"),
     exact_dims=("cols",),
     range_dims=("rows",),
+    edges=rowwise.EDGES,
+    cheap=rowwise.CHEAP,
+    interp_max=rowwise.INTERP_MAX,
 )

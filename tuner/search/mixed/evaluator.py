@@ -143,15 +143,14 @@ class MixedEvaluator:
                 ev = harness_evaluator(k.family, shape, self.device, dtype=dtype,
                                        isolate=iso, timeout_s=self.judge_timeout_s)
                 self.verdicts[key] = ev(k.variant, k.config)
-            else:  # written by a proposer: always in a child process
-                from kernelsearch.harness import check
+            else:  # written by a proposer: always in a child process, judged as
+                # `metaltune kernel check` judges it (boundary shapes, the sweep timed on a GPU)
+                from kernelsearch.harness import check, floor_for
+                from tuner.search.kernel import verdict_record
 
                 v = check(k.family, k.source, k.config, device=self.device, isolate=True,
-                          timeout_s=self.judge_timeout_s)
-                t = next(iter(v.timings.values()), {})
-                self.verdicts[key] = {"code": v.code, "stage": v.stage, "rule": v.rule,
-                                      "detail": v.detail,
-                                      "speedup_vs_torch": t.get("speedup_vs_torch")}
+                          timeout_s=self.judge_timeout_s, ceilings=floor_for(self.device))
+                self.verdicts[key] = verdict_record(v)
         return self.verdicts[key]
 
     def _judge_all(self, c: Candidate, kern: dict[str, str], trial: Trial) -> Optional[list[dict]]:
@@ -173,7 +172,8 @@ class MixedEvaluator:
                 detail=f"{name} {k.variant}: " + (", ".join(r.get("checks", []))[:300] if ok else
                                                   f"{r.get('rule', '')}: {r.get('detail', '')}"[:500])))
             trial.measurements.setdefault("kernels", {})[name] = {
-                k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "seconds")}
+                k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "speedup_min",
+                                         "device", "timed_shapes", "seconds")}
             if not ok:
                 trial.reason = r["code"]
                 return None

@@ -1,0 +1,184 @@
+"""The judge on a GPU with `metaltune kernel check`'s defaults: every red-team candidate in events
+and in graph mode, the run-time rules with the static guard off, and every shipped variant (graph
+mode: one check times in events and in a CUDA graph); one table of candidate, mode, code, rule,
+seconds. Needs only torch, triton and numpy (the GPU machine's bare python3).
+
+    python3 benchmarks/redteam_h200.py --out DIR [--parallel 8] [--deadline-s 100]
+
+Defaults are those of `kernel check` without --shape: every dtype of the family, the family's
+tiny, random and boundary shapes, timing at the family's sweep with the H200 floor, 300 s per
+candidate (the hanging candidate gets 20 s so the run fits its lease). Jobs still running at the
+deadline are reported as not finished."""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RED = ROOT / "tests" / "kernelsearch" / "redteam"
+
+# (candidate, expected code, expected rule or None for any, extra check() arguments, modes)
+BOTH = ("events", "graph")
+REDTEAM = [
+    ("hangs", "timeout", "wall_clock", {"timeout_s": 20}, ("events",)),
+    ("honest", "accepted", "", {}, BOTH),
+    ("first_rows", "incorrect", "unwritten", {}, BOTH),
+    ("capped_grid", "incorrect", "unwritten", {}, BOTH),
+    ("narrow_only", "incorrect", "tolerance", {}, BOTH),
+    ("precision_when_wide", "incorrect", "tolerance", {}, BOTH),
+    ("reuses_freed_output", "incorrect", "unwritten", {}, BOTH),
+    ("lazy_when_timed", "incorrect", "timed_output", {}, BOTH),
+    ("only_tested_shapes", "incorrect", None, {}, BOTH),
+    ("partial_output", "incorrect", "unwritten", {}, BOTH),
+    ("mutates_input", "incorrect", "input_mutated", {}, BOTH),
+    ("never_launches", "incorrect", "no_launch", {}, BOTH),
+    ("wrong_dtype", "incorrect", "wrong_shape_or_dtype", {}, BOTH),
+    ("low_precision", "incorrect", "tolerance", {}, BOTH),
+    ("torch_operators", "guard_failed", "torch_compute", {}, BOTH),
+    ("compile_error", "compile_failed", None, {}, BOTH),
+    ("crash_wild_pointer", "crashed", None, {}, ("events",)),
+    ("memory_hog", "crashed", None, {"gpu_mem_limit_mb": 4096}, ("events",)),
+    # rejected by the static guard (never executed)
+    ("torch_op", "guard_failed", "torch_compute", {}, BOTH),
+    ("cache_data_ptr", "guard_failed", "module_state", {}, BOTH),
+    ("side_stream", "guard_failed", "stream", {}, BOTH),
+    ("starts_thread", "guard_failed", "thread", {}, BOTH),
+    ("patches_timer", "guard_failed", "monkey_patch", {}, BOTH),
+    ("tensor_subclass", "guard_failed", "module_state", {}, BOTH),
+    ("capture_aware", "guard_failed", "stream", {}, BOTH),
+    ("counter_default", "guard_failed", "module_state", {}, BOTH),
+    ("counter_func_attr", "guard_failed", "monkey_patch", {}, BOTH),
+    ("counter_tensor_attr", "guard_failed", "reflection", {}, BOTH),
+]
+TIMED = ("timed_output", "graph_output", "timed_path")
+# the same candidates with the static guard off: the run-time rule behind it
+UNGUARDED = [
+    ("capture_aware", "incorrect", "graph_output", ("graph",)),  # eager runs are honest
+    # the counters turn lazy after a number of calls: which timed-output check sees it first
+    # depends on how many input sets the shape rotates through
+    ("counter_default", "incorrect", TIMED, BOTH),
+    ("counter_func_attr", "incorrect", TIMED, BOTH),
+    ("counter_tensor_attr", "incorrect", TIMED, BOTH),
+    ("tensor_subclass", "incorrect", "not_plain_tensor", BOTH),
+    ("cache_data_ptr", "incorrect", "tolerance", BOTH),
+    ("patches_timer", "guard_failed", "timer", BOTH),
+]
+
+
+def jobs() -> list[tuple[str, str, dict, tuple]]:
+    from kernelsearch.families import NAMES, get
+
+    out = []
+    for name, code, rule, extra, modes in REDTEAM:
+        for m in modes:
+            out.append((f"redteam/{name}", m, dict(family="softmax", candidate=RED / f"{name}.py",
+                                                   graph=m == "graph", **extra), (code, rule)))
+    for name, code, rule, modes in UNGUARDED:
+        for m in modes:
+            out.append((f"redteam/{name} (guard off)", m,
+                        dict(family="softmax", candidate=RED / f"{name}.py", graph=m == "graph",
+                             static_guard=False), (code, rule)))
+    for n in NAMES:  # a config valid at every sweep shape, else at the first one it takes
+        fam = get(n)
+        for vname, var in fam.variants.items():
+            cfgs = [c for c in var.configs() if all(var.valid(c, tuple(s)) for s in fam.sweep_shapes)]
+            if not cfgs:  # skinny (M <= 16), persistent (M > 16), split (no power-of-two rows)
+                shape = next((tuple(s) for s in fam.sweep_shapes if var.configs(s)), None)
+                cfgs = var.configs(shape) if shape else var.configs()
+            out.append((f"{n}/{vname}", "graph", dict(family=n, candidate=var.file,
+                                                      config=cfgs[len(cfgs) // 2], graph=True),
+                        ("accepted", "")))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--parallel", type=int, default=5)
+    ap.add_argument("--gpu-gib", type=float, default=130.0,
+                    help="device memory shared by the parallel children: each is capped at "
+                         "gpu-gib / parallel (a check at the sweep's largest shape needs ~26)")
+    ap.add_argument("--deadline-s", type=float, default=100.0)
+    ap.add_argument("--only", default=None,
+                    help="comma list of prefixes of 'LABEL [MODE]', e.g. 'redteam/hangs,rope/'")
+    args = ap.parse_args()
+    import torch
+
+    from kernelsearch.harness import check, floor_for
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    only = tuple(args.only.split(",")) if args.only else ("",)
+    todo = [j for j in jobs() if f"{j[0]} [{j[1]}]".startswith(only)]
+    # the longest first: accepted candidates are checked everywhere and timed at the whole sweep
+    todo.sort(key=lambda j: (j[3][0] != "accepted", j[0] != "redteam/hangs"))
+    t0 = time.time()
+    rows: list[dict] = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def one(label, mode, kw, want):
+        # what `metaltune kernel check --family F --candidate FILE [--graph]` passes
+        v = check(kw.pop("family"), kw.pop("candidate"), kw.pop("config", None), device=dev,
+                  ceilings=floor_for(dev), **kw)
+        return label, mode, v, want
+
+    # 12 children on one H200 ran it out of memory (each may take its 32 GiB cap at the sweep's
+    # largest shape): an honest kernel then crashes for its neighbours' use, so cap each child
+    cap = int(args.gpu_gib * 1024 / args.parallel)
+    ex = cf.ThreadPoolExecutor(max_workers=args.parallel)
+    futs = [ex.submit(one, lbl, m, dict({"gpu_mem_limit_mb": cap}, **kw), want)
+            for lbl, m, kw, want in todo]
+    pending = set(futs)
+    while pending and time.time() - t0 < args.deadline_s:
+        done, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_COMPLETED)
+        for f in done:
+            label, mode, v, (code, rule) = f.result()
+            ok = v.code == code and (rule is None or v.rule in
+                                     (rule if isinstance(rule, tuple) else (rule,)))
+            t = next(iter(v.timings.values()), {})
+            rows.append({"candidate": label, "mode": mode, "verdict": v.verdict, "stage": v.stage,
+                         "code": v.code, "rule": v.rule, "expected": f"{code}/{'|'.join(rule) if isinstance(rule, tuple) else rule or '*'}",
+                         "as_expected": ok, "seconds": round(v.seconds, 1), "device": v.device,
+                         "timed_shapes": v.timed_shapes, "n_checked": len(v.checked_shapes),
+                         "first_timing": {k: t.get(k) for k in ("median_us", "graph_us",
+                                                                  "speedup_vs_torch")},
+                         "summary": v.summary, "detail": v.detail[:300]})
+            print(f"{time.time() - t0:6.1f}s {label:<40} {mode:<6} {v.code:<15} {v.rule:<22} "
+                  f"{'ok' if ok else 'UNEXPECTED'} {v.seconds:5.1f}s", flush=True)
+    for f in pending:
+        f.cancel()
+    left = [f"{lbl} [{m}]" for (lbl, m, _, _), f in zip(todo, futs) if f in pending]
+    rows.sort(key=lambda r: (not r["candidate"].startswith("redteam"), r["candidate"], r["mode"]))
+    where = next((r["device"] for r in rows if r["device"]), dev)
+    (out / "redteam-h200.json").write_text(json.dumps(
+        {"device": where, "seconds": time.time() - t0, "parallel": args.parallel,
+         "rows": rows, "not_finished": left}, indent=1, default=str))
+    lines = ["| candidate | mode | verdict | code | rule | expected | seconds | timed at |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ts = r["timed_shapes"]
+        timed = (f"{len(ts)} sweep shapes ({'x'.join(map(str, ts[0]))} ...)" if r["verdict"] ==
+                 "accepted" and ts else "")
+        lines.append(f"| {r['candidate']} | {r['mode']} | {r['verdict']} | {r['code']} | "
+                     f"{r['rule']} | {r['expected']}{'' if r['as_expected'] else ' **NO**'} | "
+                     f"{r['seconds']:.1f} | {timed} |")
+    bad = [r for r in rows if not r["as_expected"]]
+    lines.append(f"\n{len(rows)} verdicts, {len(bad)} unexpected, {len(left)} not finished "
+                 f"in {time.time() - t0:.0f} s on {where}, {args.parallel} in parallel"
+                 + (f": {', '.join(left)}" if left else ""))
+    text = "\n".join(lines)
+    (out / "redteam-h200.md").write_text(text + "\n")
+    print(text, flush=True)
+    sys.stdout.flush()
+    os._exit(0 if not bad else 1)  # leave unfinished children to the machine's clean-up
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Red team: does the work when run eagerly and skips it while a CUDA graph is being captured
+(so a graph-mode time is a no-op's). Static guard: torch.cuda API (stream); with the guard off,
+on a GPU: the graph replay's outputs are checked -> incorrect/graph_output."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * sx + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(Y + row * sy + cols, (e / tl.sum(e, 0)).to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _nothing(Y):
+    pass
+
+
+def forward(x):
+    y = torch.empty_like(x)
+    if torch.cuda.is_current_stream_capturing():
+        _nothing[(1,)](y)
+    else:
+        _softmax[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
+                                BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y

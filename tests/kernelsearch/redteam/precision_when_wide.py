@@ -1,0 +1,28 @@
+"""Red team: full precision for the row lengths a quick test uses, bfloat16 arithmetic for rows
+wider than 4096 (where it would save the most) -> incorrect/tolerance at the float32 boundary
+shape of 4097 columns (and every wider one)."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr, LOW: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * sx + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    if LOW:
+        x = x.to(tl.bfloat16).to(tl.float32)
+        e = tl.exp(x - tl.max(x, 0)).to(tl.bfloat16).to(tl.float32)
+        y = (e / tl.sum(e, 0)).to(tl.bfloat16)
+    else:
+        e = tl.exp(x - tl.max(x, 0))
+        y = e / tl.sum(e, 0)
+    tl.store(Y + row * sy + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+def forward(x):
+    y = torch.empty_like(x)
+    _softmax[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
+                            BLOCK=triton.next_power_of_2(x.shape[1]), LOW=x.shape[1] > 4096)
+    return y
