@@ -72,7 +72,9 @@ def format_line(event: str, level: str = "info", **kv: Any) -> str:
 def log(event: str, level: str = "info", **kv: Any) -> None:
     if _PRIO.get(level, 6) > _PRIO[_min_level]:
         return
-    line = format_line(event, level, **kv)
+    from tuner import redact
+
+    line = redact.text(format_line(event, level, **kv))  # never a credential in the journal
     if os.environ.get("JOURNAL_STREAM"):
         line = f"<{_PRIO.get(level, 6)}>{line}"
     out = _stream or sys.stdout

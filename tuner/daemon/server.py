@@ -279,6 +279,10 @@ def _busy(conn: socket.socket) -> None:
 
 
 def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
+    from tuner import redact
+
+    if not obj.get("ok"):  # an error message may quote a URL with credentials
+        obj = {**obj, "error": redact.text(str(obj.get("error", "")))}
     conn.sendall((json.dumps(obj, default=str) + "\n").encode())
 
 
