@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tuner import redact
 from tuner.daemon import logs
 from tuner.errors import BadInput, MetaltuneError
 
@@ -80,6 +81,8 @@ class ControlServer:
         self._stopping = threading.Event()
         self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
         self._reserved = threading.BoundedSemaphore(RESERVED)
+        self._answering = 0  # requests read and not yet answered
+        self._answered = threading.Condition()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -123,6 +126,12 @@ class ControlServer:
             pass
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every request being handled has been answered (at shutdown: a client
+        whose apply was just rolled back gets that answer before the process exits)."""
+        with self._answered:
+            return self._answered.wait_for(lambda: self._answering == 0, timeout=timeout)
 
     # -- connections -------------------------------------------------------------------------
     def _accept_loop(self) -> None:
@@ -176,7 +185,14 @@ class ControlServer:
                     if not line.strip():
                         continue
                     conn.settimeout(IDLE_TIMEOUT_S)  # for our answer: a client that never reads
-                    _send(conn, self._answer(line, peer, reserved))
+                    with self._answered:
+                        self._answering += 1
+                    try:
+                        _send(conn, self._answer(line, peer, reserved))
+                    finally:
+                        with self._answered:
+                            self._answering -= 1
+                            self._answered.notify_all()
                     if reserved:
                         return  # a reserved slot serves one request
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
@@ -279,8 +295,6 @@ def _busy(conn: socket.socket) -> None:
 
 
 def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
-    from tuner import redact
-
     if not obj.get("ok"):  # an error message may quote a URL with credentials
         obj = {**obj, "error": redact.text(str(obj.get("error", "")))}
     conn.sendall((json.dumps(obj, default=str) + "\n").encode())

@@ -674,6 +674,8 @@ class Daemon:
                 # a request whose change was just rolled back gets its answer before we exit
                 with self._inflight_cv:
                     self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout=10.0)
+                if self.server is not None:
+                    self.server.drain(timeout=5.0)
         except Exception as e:
             logs.log("daemon.stop_error", level="error", error=f"{type(e).__name__}: {e}")
         finally:
