@@ -65,13 +65,43 @@ def landlock_abi() -> int:
     return max(int(r), 0)
 
 
-def sandbox_user(name: Optional[str] = None) -> tuple[int, int]:
-    """(uid, gid) of the unprivileged account candidates run as. KeyError if it does not exist."""
+NO_DROP = "none"  # explicit opt-out: keep the caller's uid (Landlock and the rest still hold)
+
+
+def sandbox_user(name: Optional[str] = None) -> Optional[tuple[int, int]]:
+    """(uid, gid) of the unprivileged account candidates run as; None if the operator opted out
+    (`none`). KeyError if it does not exist or is root."""
     name = name or os.environ.get(USER_ENV) or DEFAULT_USER
+    if name == NO_DROP:
+        return None
     pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
     if pw.pw_uid == 0:
         raise KeyError(f"{name}: the sandbox user must not be root")
     return pw.pw_uid, pw.pw_gid
+
+
+def unreadable_install(device: str) -> Optional[str]:
+    """A directory of the Python / Triton install that other users cannot enter (a pyenv under a
+    0700 /root), or None. On the CPU the worker imports what it needs before dropping its uid;
+    on the GPU Triton still reads its headers and runs ptxas from there at every compile."""
+    if device != "cuda":
+        return None
+    import importlib.util
+    import sysconfig
+
+    spec = importlib.util.find_spec("triton")  # located, not imported (the caller stays light)
+    tops = [sysconfig.get_paths()["stdlib"]]
+    if spec is not None and spec.origin:
+        tops.append(os.path.dirname(spec.origin))
+    for top in tops:
+        p = Path(top).resolve()
+        for d in [p, *p.parents]:
+            try:
+                if not os.stat(d).st_mode & stat.S_IXOTH:
+                    return str(d)
+            except OSError:
+                return str(d)
+    return None
 
 
 def prepare_dir(work: Path, uid: Optional[int], gid: Optional[int]) -> None:

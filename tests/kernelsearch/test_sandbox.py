@@ -137,6 +137,22 @@ def test_candidate_runs_unprivileged_with_its_own_tmp(tmpdir_open):
     assert tmp.startswith(str(tmpdir_open)) and cache.startswith(str(Path(tmp).parent))
 
 
+@as_root
+def test_sandbox_user_choice_fails_closed_or_opts_out_explicitly(tmpdir_open, monkeypatch):
+    v = check("softmax", RED / "honest.py", timing=False, sandbox_user="no-such-user-h15")
+    assert (v.code, v.rule) == ("crashed", "sandbox_user"), v
+    # `none`: the caller's uid is kept, Landlock still confines writes
+    open_dir = Path(tempfile.mkdtemp(prefix="ks-test-open-", dir="/tmp"))
+    open_dir.chmod(0o1777)
+    monkeypatch.setenv("KS_REDTEAM_TARGET", str(open_dir / "planted"))
+    try:
+        v = check("softmax", RED / "jit_writes_outside.py", timing=False, static_guard=False,
+                  sandbox_user="none", timeout_s=120)
+        assert v.verdict == "rejected" and not (open_dir / "planted").exists(), v
+    finally:
+        subprocess.run(["rm", "-rf", str(open_dir)], check=False)
+
+
 def cli(*args, state, env=None):
     return subprocess.run([sys.executable, "-m", "tuner", "--state-dir", str(state), *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=300,
