@@ -88,10 +88,12 @@ class Journal:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from safety.securefs import open_file, secure_dir
+
+        secure_dir(self.path.parent)  # a trusted dir of ours: no symlink another user planted
         self._local = threading.local()
         if not self.path.exists():  # root-only: the journal names devices and settings
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            os.close(open_file(self.path, os.O_RDWR | os.O_CREAT))
         with _IO:
             self._conn().executescript(_SCHEMA)  # idempotent; commits on its own
         with self._tx() as c:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from safety.errors import Busy
+from safety.securefs import UnsafePath, open_file, secure_dir
 
 _held: dict[str, list[int]] = {}  # path -> [fd, refcount], this process only
 _mu = threading.Lock()
@@ -34,9 +35,13 @@ class WriterLock:
 
     def holder(self) -> str:
         try:
-            return self.path.read_text().strip() or "unknown"
-        except OSError:
+            fd = open_file(self.path, os.O_RDONLY)
+        except (OSError, UnsafePath):
             return "unknown"
+        try:
+            return os.read(fd, 200).decode(errors="replace").strip() or "unknown"
+        finally:
+            os.close(fd)
 
     def acquire(self, timeout: float = 0.0) -> "WriterLock":
         if self._mine:
@@ -47,8 +52,8 @@ class WriterLock:
                 _held[key][1] += 1
                 self._mine = True
                 return self
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            secure_dir(self.path.parent)  # never through a symlink or another user's dir
+            fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
             end = time.monotonic() + timeout
             while True:
                 try:

@@ -1,17 +1,66 @@
 """Child-process entry: `python -m kernelsearch.harness.child REQUEST.json RESULT.json`.
-Runs the judge on one candidate and writes the verdict; anything worse (a crash, a hang, an
-out-of-memory kill) is seen by the parent from the outside."""
+
+Two processes. This one, the warden, makes itself a child subreaper and forks the worker, which
+confines itself (`confine.enter`: unprivileged uid when root, Landlock, its own temp dir) and
+runs the judge; the verdict comes back over a pipe. Whatever the candidate starts (a fork, a
+`setsid` daemon, a double fork) stays in the warden's process tree, because orphans are
+re-parented to the nearest subreaper, and the warden kills all of it once the worker is done.
+The warden never imports candidate code, torch or triton. A crash, a hang or an out-of-memory
+kill is seen by the parent (`runner.check`) from the outside."""
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import select
+import signal
 import sys
+import time
+import traceback
+from pathlib import Path
+
+_PR_SET_CHILD_SUBREAPER = 36
+MAX_VERDICT = 64 << 20  # bytes read back from the worker
 
 
-def main() -> int:
-    req_path, out_path = sys.argv[1], sys.argv[2]
-    with open(req_path) as f:
-        req = json.load(f)
+def set_subreaper() -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_CHILD_SUBREAPER failed")
+
+
+def kill_descendants(deadline_s: float = 10.0) -> int:
+    """SIGKILL every process below this one and reap it, until none is left (new forks made
+    while we kill are caught on the next round). Returns how many were killed."""
+    import psutil
+
+    me = psutil.Process()
+    killed = 0
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        kids = me.children(recursive=True)
+        for k in kids:
+            try:
+                k.kill()
+                killed += 1
+            except psutil.Error:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:  # reap what has ended (orphans are ours)
+                pass
+        except ChildProcessError:  # no child left, so no descendant either
+            return killed
+        time.sleep(0.01)
+    return killed
+
+
+def _worker(req: dict, w: int) -> None:
+    work = req.pop("work_dir", None)
+    user = req.pop("sandbox_user", None)
+    if work:
+        from kernelsearch.harness import confine
+
+        confine.enter(Path(work), tuple(user) if user else None, req.get("family", ""),
+                      req.get("device", "cpu"))
     from kernelsearch.harness.judge import judge
     from kernelsearch.harness.timing import Ceilings
 
@@ -27,12 +76,75 @@ def main() -> int:
     family = req.pop("family")
     config = req.pop("config", None)
     v = judge(family, source, config, **req)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(v.to_dict(), f)
-    os.replace(tmp, out_path)
-    sys.stdout.flush()
-    os._exit(0)  # skip interpreter teardown: candidate objects may misbehave in finalisers
+    data = json.dumps(v.to_dict()).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(w, view):]
+
+
+def _collect(pid: int, r: int) -> tuple[bytes, int]:
+    """Read the worker's verdict while it runs; return (bytes, wait status) once it has ended.
+    EOF is not awaited: a descendant may hold the pipe's write end open."""
+    buf = bytearray()
+    status = None
+    while status is None:
+        ready, _, _ = select.select([r], [], [], 0.1)
+        if ready:
+            chunk = os.read(r, 1 << 16)
+            if chunk and len(buf) < MAX_VERDICT:
+                buf += chunk
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+    os.set_blocking(r, False)
+    try:
+        while len(buf) < MAX_VERDICT:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            buf += chunk
+    except BlockingIOError:
+        pass
+    os.close(r)
+    return bytes(buf), status
+
+
+def main() -> int:
+    req_path, out_path = sys.argv[1], sys.argv[2]
+    with open(req_path) as f:
+        req = json.load(f)
+    set_subreaper()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            _worker(req, w)
+            sys.stdout.flush()
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            code = 3
+        os._exit(code)  # skip interpreter teardown: candidate objects may misbehave in finalisers
+    os.close(w)
+    data, status = _collect(pid, r)
+    kill_descendants()
+    if data:
+        try:
+            verdict = json.loads(data)
+        except ValueError:
+            verdict = None
+        if isinstance(verdict, dict):
+            tmp = out_path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(verdict, f)
+            os.replace(tmp, out_path)
+    if os.WIFSIGNALED(status):  # die the way the worker died, so the parent names the signal
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    return os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 1
 
 
 if __name__ == "__main__":

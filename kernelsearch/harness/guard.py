@@ -2,7 +2,10 @@
 
 A candidate is a module defining `forward(...)` that launches module-level `@triton.jit` kernels.
 Outside kernel bodies it may allocate (torch.empty*, zeros*), take views and metadata, and do
-integer arithmetic for grids; nothing else. Each violation has a rule name (the verdict's `rule`)."""
+integer arithmetic for grids; nothing else. Inside kernel bodies (which the CPU interpreter runs as
+plain Python) only `tl.*`, arithmetic, comparisons, control flow, constants and the kernel's own
+arguments and locals (`jit_body`, see `jit_body_violations`). Each violation has a rule name (the
+verdict's `rule`)."""
 from __future__ import annotations
 
 import ast
@@ -122,6 +125,7 @@ class _Checker(ast.NodeVisitor):
                          f"module-level {type(node).__name__} statement (only imports, "
                          "functions and constants)")
                 self.generic_visit(node)
+        self.v += module_value_violations(self.tree, self.aliases)
         if "forward" not in self.module_funcs:
             self.add("no_forward", self.tree, "the module defines no forward(...)")
         elif "forward" in self.jit_names:
@@ -137,6 +141,11 @@ class _Checker(ast.NodeVisitor):
             for d in fn.decorator_list:
                 self.add("module_state", d, f"decorator {_dotted(d)} on {fn.name} "
                          "(caching decorators are not allowed)")
+        else:
+            for d in fn.decorator_list:  # evaluated at import, outside any kernel
+                self.visit(d)
+            self.v += jit_body_violations(fn, self.aliases, self.jit_names,
+                                          module_constants(self.tree))
         for default in fn.args.defaults + [d for d in fn.args.kw_defaults if d is not None]:
             if not _const_expr(default):
                 self.add("module_state", default, f"mutable or computed default in {fn.name}")
@@ -305,3 +314,174 @@ def ghost_source(source: str) -> str:
             node.body = [ast.Pass()]
     ast.fix_missing_locations(tree)
     return ast.unparse(tree)
+
+
+# ---- @triton.jit bodies ---------------------------------------------------------------------
+# Under TRITON_INTERPRET=1 a kernel body runs as ordinary Python with the module's globals, so
+# it is held to an allowlist: names it may read, attribute names it may use, calls it may make.
+# Tensor, block, descriptor and dtype attributes of triton.language (triton 3.x), plus the few
+# Python-side ones kernels read (`X.dtype.element_ty`, `constexpr.value`).
+JIT_ATTRS = {
+    "T", "abs", "advance", "argmax", "argmin", "associative_scan", "atomic_add", "atomic_and",
+    "atomic_cas", "atomic_load", "atomic_max", "atomic_min", "atomic_or", "atomic_poll",
+    "atomic_store", "atomic_xchg", "atomic_xor", "broadcast_to", "cast", "cdiv", "ceil", "cos",
+    "cumprod", "cumsum", "erf", "exp", "exp2", "expand_dims", "flip", "floor", "gather",
+    "histogram", "item", "log", "log2", "logical_and", "logical_or", "max", "min", "permute",
+    "ravel", "reduce", "reduce_or", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "sort",
+    "split", "sqrt", "sqrt_rn", "store", "sum", "to", "trans", "view", "xor_sum", "load",
+    "scatter", "block_shape", "block_type", "dtype", "element_ty", "shape", "numel", "type",
+    "value", "scalar", "primitive_bitwidth", "is_ptr", "is_floating", "is_int", "is_bf16",
+    "is_fp16", "is_fp32", "is_fp64", "is_fp8", "is_int_signed", "is_int_unsigned", "is_block",
+    "is_bool", "int_bitwidth", "fp_mantissa_width", "with_element_ty",
+}
+# Builtins a kernel may call (the ones triton's frontend understands); anything else (open,
+# __import__, exec, getattr ...) is out.
+JIT_BUILTINS = {"range", "min", "max", "int", "float", "bool", "len", "abs", "print",
+                "isinstance", "tuple", "zip", "enumerate"}
+# Submodules of triton.language that hold kernel functions; its other submodules (core,
+# standard, random, target_info) re-export Python modules (core.builtins, core.inspect ...).
+TL_SUBMODULES = {"math": 1, "extra": 3}  # name -> how many further components may follow
+TL_NOT_API = {"core", "standard", "random", "target_info", "builtins", "inspect", "ir", "knobs",
+              "typing", "module", "pkgutil", "tl"}
+JIT_NODES_FORBIDDEN = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                       ast.Yield, ast.YieldFrom, ast.Await, ast.AsyncFunctionDef, ast.ClassDef,
+                       ast.Import, ast.ImportFrom)
+
+
+def _chain(node: ast.Attribute) -> tuple[ast.AST, list[str]]:
+    """(base expression, attribute names from the base outwards) of `a.b.c`."""
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    return node, names[::-1]
+
+
+def _tl_path_ok(names: list[str]) -> bool:
+    """`tl.<api>`, `tl.math.<fn>`, `tl.extra.<backend>[.libdevice].<fn>`; never a path that goes
+    through one of triton.language's re-exported Python modules."""
+    if not names:
+        return True
+    if any(n in TL_NOT_API for n in names):
+        return False
+    head = names[0]
+    if head in TL_SUBMODULES:
+        return len(names) - 1 <= TL_SUBMODULES[head]
+    return len(names) == 1 or all(n in JIT_ATTRS for n in names[1:])
+
+
+def _module_alias_kinds(aliases: dict[str, str]) -> tuple[set[str], set[str]]:
+    """(names bound to triton.language, names bound to the math module)."""
+    tl_names = {k for k, v in aliases.items() if v == "triton.language"}
+    math_names = {k for k, v in aliases.items() if v == "math"}
+    return tl_names, math_names
+
+
+def module_constants(tree: ast.Module) -> set[str]:
+    """Module-level names bound to constants (a kernel may read them: BLOCK = 128)."""
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and _const_expr(node.value):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and node.value is not None \
+                and isinstance(node.target, ast.Name) and _const_expr(node.value):
+            out.add(node.target.id)
+    return out
+
+
+def jit_body_violations(fn: ast.FunctionDef, aliases: dict[str, str], jit_names: set[str],
+                        constants: set[str]) -> list[Violation]:
+    """Everything in a @triton.jit function (signature annotations included: Python evaluates
+    them at import) that is not triton-language: rule `jit_body`."""
+    out: list[Violation] = []
+
+    def bad(node: ast.AST, msg: str) -> None:
+        out.append(Violation("jit_body", getattr(node, "lineno", fn.lineno),
+                             f"in kernel {fn.name}: {msg}"))
+
+    args = fn.args
+    params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    local = set(params)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            local.add(node.id)
+    tl_names, math_names = _module_alias_kinds(aliases)
+    tl_values = {k for k, v in aliases.items() if v.startswith("triton.language.")}
+    readable = local | jit_names | constants | tl_names | math_names | tl_values | JIT_BUILTINS
+    attr_bases: set[int] = set()
+
+    def expr(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and id(sub) not in attr_bases:
+                attribute(sub)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
+                name(sub)
+            elif isinstance(sub, ast.Call):
+                call(sub)
+            elif isinstance(sub, ast.FunctionDef) and sub is not fn:
+                bad(sub, f"nested function {sub.name}")
+            elif isinstance(sub, JIT_NODES_FORBIDDEN):
+                bad(sub, f"{type(sub).__name__} is not triton-language")
+
+    def name(node: ast.Name) -> None:
+        if node.id not in readable:
+            bad(node, f"name {node.id!r} is not an argument, a local, a constant, tl or a "
+                "kernel of this file")
+        elif node.id in (tl_names | math_names) - local and id(node) not in attr_bases:
+            bad(node, f"module {node.id} used as a value")
+
+    def attribute(node: ast.Attribute) -> None:
+        base, names = _chain(node)
+        sub = node
+        while isinstance(sub, ast.Attribute):
+            attr_bases.add(id(sub.value))
+            sub = sub.value
+        if any(n.startswith("_") for n in names):
+            return  # the general `reflection` rule reports it
+        where = ast.unparse(node)
+        if isinstance(base, ast.Name) and base.id not in local:
+            if base.id in tl_names:
+                if not _tl_path_ok(names):
+                    bad(node, f"{where}: not a triton.language function or type")
+                return
+            if base.id in math_names:
+                if len(names) != 1:
+                    bad(node, f"{where}: only math.<name>")
+                return
+            if base.id not in readable:
+                return  # `name` reports the unknown base (torch, os ...)
+        bad_names = [n for n in names if n not in JIT_ATTRS]
+        if bad_names:
+            bad(node, f"{where}: .{bad_names[0]} is not a triton tensor/dtype attribute")
+
+    def call(node: ast.Call) -> None:
+        f = node.func
+        if isinstance(f, ast.Name):
+            if f.id in local and f.id not in jit_names:
+                bad(node, f"call of {f.id}(...), an argument or local")
+            elif f.id not in jit_names | JIT_BUILTINS | tl_values:
+                bad(node, f"call of {f.id}(...): only tl.*, this file's kernels and "
+                    f"{sorted(JIT_BUILTINS)}")
+        elif not isinstance(f, ast.Attribute):
+            bad(node, f"call of a computed value {ast.unparse(f)[:40]}(...)")
+
+    for a in args.posonlyargs + args.args + args.kwonlyargs:
+        if a.annotation is not None:
+            expr(a.annotation)
+    if fn.returns is not None:
+        expr(fn.returns)
+    for stmt in fn.body:
+        expr(stmt)
+    return out
+
+
+def module_value_violations(tree: ast.Module, aliases: dict[str, str]) -> list[Violation]:
+    """A module (torch, triton, tl, math) used as a value (passed to a kernel, bound to a name):
+    it would carry `torch.os` into code the rules above cannot follow."""
+    mods = {k for k, v in aliases.items() if v in ALLOWED_IMPORTS}
+    bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return [Violation("reflection", n.lineno, f"module {n.id} used as a value")
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and n.id in mods and isinstance(n.ctx, ast.Load)
+            and id(n) not in bases]

@@ -1,11 +1,20 @@
 """Runs a candidate in a child process with a timeout and a memory limit: a crash, a hang or an
-out-of-memory kill becomes a verdict, never an exception in the caller."""
+out-of-memory kill becomes a verdict, never an exception in the caller.
+
+The child (`child.py`) is a session and process-group leader and a child subreaper; its worker
+runs the candidate confined (`confine.py`: unprivileged uid when root, Landlock, its own temp
+dir). On a timeout or the memory limit the whole tree below the child is killed before the child
+itself (so nothing is re-parented away from it), then its process group; after every check any
+process seen during the run, or still in the child's session, is killed too. Every temp dir the
+check made is removed."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -13,25 +22,78 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
+import psutil
+
 from kernelsearch.harness.judge import guard_stage
 from kernelsearch.harness.verdict import Verdict
 
 
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of a process and its children (Linux /proc)."""
-    total = 0
-    try:
-        pids = [pid] + [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        pids = [pid]
-    for p in pids:
+class _Tree:
+    """The processes below the child, as seen while it ran (pid -> create time), and their
+    sessions: what to kill if the child is gone and they are not."""
+
+    def __init__(self, pid: int):
+        self.root = pid
+        self.seen: dict[int, float] = {}
+        self.sids: set[int] = {pid}
+
+    def scan(self) -> int:
+        """Record descendants; return the tree's resident memory in bytes."""
+        total = 0
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
+            top = psutil.Process(self.root)
+            procs = [top] + top.children(recursive=True)
+        except psutil.Error:
+            return 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+                if p.pid != self.root:
+                    self.seen.setdefault(p.pid, p.create_time())
+                    self.sids.add(os.getsid(p.pid))
+            except (psutil.Error, OSError):
+                pass
+        return total
+
+    def kill(self) -> None:
+        """SIGKILL the child's tree (leaves first, while they are still below the subreaper),
+        then its process group, then anything seen or left in one of its sessions."""
+        for _ in range(50):
+            try:
+                kids = psutil.Process(self.root).children(recursive=True)
+            except psutil.Error:
+                break
+            if not kids:
+                break
+            for k in kids:
+                _kill(k)
+        try:
+            os.killpg(self.root, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
-    return total
+        self.leftovers()
+
+    def leftovers(self) -> None:
+        for pid, created in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created:
+                    _kill(p)
+            except psutil.Error:
+                pass
+        for p in psutil.process_iter():
+            try:
+                if p.pid != self.root and os.getsid(p.pid) in self.sids - {os.getsid(0)}:
+                    _kill(p)
+            except (psutil.Error, OSError):
+                pass
+
+
+def _kill(p: "psutil.Process") -> None:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
 
 
 def _limits():  # runs in the child before exec
@@ -41,12 +103,38 @@ def _limits():  # runs in the child before exec
     os.setsid()
 
 
+def _traversable(path: Path) -> bool:
+    """Every directory from / to `path` lets others through (o+x): the sandbox user can reach
+    its own dir below it."""
+    p = path.resolve()
+    for d in [p, *p.parents]:
+        try:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _sandbox_dir(uid: Optional[int], gid: Optional[int]) -> Path:
+    from kernelsearch.harness import confine
+
+    base = Path(tempfile.gettempdir())
+    if uid is not None and not _traversable(base):
+        base = Path("/tmp")
+    work = Path(tempfile.mkdtemp(prefix="ks-sandbox-", dir=base))
+    confine.prepare_dir(work, uid, gid)
+    return work
+
+
 def check(family: str, candidate: Union[str, Path], config: Optional[dict] = None, *,
           device: str = "cpu", isolate: bool = True, timeout_s: float = 300.0,
           mem_limit_mb: int = 6144, gpu_mem_limit_mb: Optional[int] = 32768, ceilings=None,
-          **judge_kw) -> Verdict:
+          sandbox_user: Optional[str] = None, **judge_kw) -> Verdict:
     """Judge a candidate (source text or a path to a .py file). Host memory is limited by
-    watching the child's resident set; device memory by the child's allocator cap."""
+    watching the child tree's resident set; device memory by the child's allocator cap.
+    sandbox_user: the account candidate code runs as when we are root (default: $KERNELSEARCH_
+    SANDBOX_USER, else nobody); a root caller without one gets a rejection, never a root run."""
     t0 = time.time()
     is_path = isinstance(candidate, Path) or ("\n" not in candidate and candidate.endswith(".py"))
     p = Path(candidate) if is_path else None
@@ -59,57 +147,89 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
         from kernelsearch.harness.judge import judge
 
         return judge(family, source, config, device=device, ceilings=ceilings, **judge_kw)
-    with tempfile.TemporaryDirectory(prefix="ks-judge-") as d:
-        req = dict(judge_kw, family=family, source=source, config=config, device=device,
-                   gpu_mem_limit_mb=gpu_mem_limit_mb,
-                   ceilings=dataclasses.asdict(ceilings) if ceilings else None)
-        req_path, out_path = os.path.join(d, "req.json"), os.path.join(d, "out.json")
-        with open(req_path, "w") as f:
-            json.dump(req, f)
-        env = dict(os.environ)
-        if device == "cpu":
-            env["TRITON_INTERPRET"] = "1"
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        err_path = os.path.join(d, "stderr")
-        with open(err_path, "w") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.harness.child",
-                                     req_path, out_path], stdout=subprocess.DEVNULL, stderr=err,
-                                    env=env, cwd=d, preexec_fn=_limits)
-        deadline = t0 + timeout_s
-        peak = 0
-        killed = None
+    user = None
+    if os.geteuid() == 0:
+        from kernelsearch.harness import confine
+
+        try:
+            user = confine.sandbox_user(sandbox_user)
+        except (KeyError, ValueError) as e:
+            return Verdict.reject("process", "crashed", "sandbox_user",
+                                  f"no unprivileged account to run candidate code as: {e}",
+                                  seconds=time.time() - t0)
+        closed = confine.unreadable_install(device) if user else None
+        if closed:  # fail closed, with the way out: never run candidate code as root silently
+            return Verdict.reject(
+                "process", "crashed", "sandbox_user",
+                f"the sandbox user (uid {user[0]}) cannot enter {closed}, where Python/Triton "
+                f"live; install them where others can read, or set {confine.USER_ENV}=none "
+                "to keep root (Landlock still confines writes)", seconds=time.time() - t0)
+    work = _sandbox_dir(*(user or (None, None)))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ks-judge-") as d:
+            return _run_child(d, work, user, family, source, config, device, timeout_s,
+                              mem_limit_mb, gpu_mem_limit_mb, ceilings, judge_kw, t0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_child(d, work, user, family, source, config, device, timeout_s, mem_limit_mb,
+               gpu_mem_limit_mb, ceilings, judge_kw, t0) -> Verdict:
+    req = dict(judge_kw, family=family, source=source, config=config, device=device,
+               gpu_mem_limit_mb=gpu_mem_limit_mb, work_dir=str(work),
+               sandbox_user=list(user) if user else None,
+               ceilings=dataclasses.asdict(ceilings) if ceilings else None)
+    req_path, out_path = os.path.join(d, "req.json"), os.path.join(d, "out.json")
+    with open(req_path, "w") as f:
+        json.dump(req, f)
+    env = dict(os.environ)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    err_path = os.path.join(d, "stderr")
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.harness.child",
+                                 req_path, out_path], stdout=subprocess.DEVNULL, stderr=err,
+                                env=env, cwd=d, preexec_fn=_limits)
+    tree = _Tree(proc.pid)
+    deadline = t0 + timeout_s
+    peak = 0
+    killed = None
+    try:
         while proc.poll() is None:
-            peak = max(peak, _rss_bytes(proc.pid))
+            peak = max(peak, tree.scan())
             if peak > mem_limit_mb * 2 ** 20:
                 killed = "memory_limit"
             elif time.time() > deadline:
                 killed = "timeout"
             if killed:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                tree.kill()
                 proc.wait()
                 break
             time.sleep(0.05)
-        seconds = time.time() - t0
-        tail = Path(err_path).read_text(errors="replace")[-1500:] if os.path.exists(err_path) else ""
-        if killed == "timeout":
-            return Verdict.reject("process", "timeout", "wall_clock",
-                                  f"no verdict within {timeout_s:g} s; process group killed",
-                                  seconds=seconds)
-        if killed == "memory_limit":
-            return Verdict.reject("process", "crashed", "memory_limit",
-                                  f"resident memory {peak / 2**20:.0f} MiB over the "
-                                  f"{mem_limit_mb} MiB limit; killed", seconds=seconds)
-        if os.path.exists(out_path):
-            with open(out_path) as f:
-                v = Verdict.from_dict(json.load(f))
-            v.seconds = seconds
-            return v
-        rc = proc.returncode
-        rule = f"signal:{signal.Signals(-rc).name}" if rc < 0 else f"exit:{rc}"
-        return Verdict.reject("process", "crashed", rule,
-                              f"child ended ({rule}) without a verdict. stderr: {tail.strip()[-800:]}",
+    finally:
+        if proc.poll() is None:  # interrupted (KeyboardInterrupt): leave nothing behind
+            tree.kill()
+            proc.wait()
+        tree.leftovers()
+    seconds = time.time() - t0
+    tail = Path(err_path).read_text(errors="replace")[-1500:] if os.path.exists(err_path) else ""
+    if killed == "timeout":
+        return Verdict.reject("process", "timeout", "wall_clock",
+                              f"no verdict within {timeout_s:g} s; process group killed",
                               seconds=seconds)
+    if killed == "memory_limit":
+        return Verdict.reject("process", "crashed", "memory_limit",
+                              f"resident memory {peak / 2**20:.0f} MiB over the "
+                              f"{mem_limit_mb} MiB limit; killed", seconds=seconds)
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            v = Verdict.from_dict(json.load(f))
+        v.seconds = seconds
+        return v
+    rc = proc.returncode
+    rule = f"signal:{signal.Signals(-rc).name}" if rc < 0 else f"exit:{rc}"
+    return Verdict.reject("process", "crashed", rule,
+                          f"child ended ({rule}) without a verdict. stderr: {tail.strip()[-800:]}",
+                          seconds=seconds)

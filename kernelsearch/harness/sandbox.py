@@ -3,9 +3,11 @@ code (not from triton's) must be allocation, views or metadata; allocations are 
 so unwritten elements show; kernel launches are counted; threads and timer patches are seen."""
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -68,14 +70,19 @@ def restore() -> None:
 
 
 _counter = 0
+_dirs: list[str] = []  # the ks-cand-* dirs load() made, removed by cleanup()
 
 
 def load(source: str, tag: str = "cand") -> ModuleType:
-    """Import candidate source from a real file (triton reads kernel source via inspect)."""
+    """Import candidate source from a real file (triton reads kernel source via inspect). The
+    file's dir lives until `cleanup()` (the judge calls it when done; at exit otherwise)."""
     global _counter
     _counter += 1
     digest = hashlib.sha1(source.encode()).hexdigest()[:10]
+    if not _dirs:
+        atexit.register(cleanup)
     d = Path(tempfile.mkdtemp(prefix="ks-cand-"))
+    _dirs.append(str(d))
     path = d / f"{tag}_{digest}_{_counter}.py"
     path.write_text(source)
     name = f"ks_{tag}_{digest}_{_counter}"
@@ -84,6 +91,16 @@ def load(source: str, tag: str = "cand") -> ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def cleanup(keep: int = 0) -> None:
+    """Remove the candidate dirs made since there were `keep` of them."""
+    while len(_dirs) > keep:
+        shutil.rmtree(_dirs.pop(), ignore_errors=True)
+
+
+def loaded() -> int:
+    return len(_dirs)
 
 
 class LaunchCounter:

@@ -81,3 +81,75 @@ def test_ghost_replaces_kernel_bodies_only():
     g = ghost_source(HEAD + OK_FORWARD)
     assert "tl.store" not in g and "pass" in g
     assert "_k[1,](" in g and "def forward" in g
+
+
+JIT = """
+import math
+import torch
+import triton
+import triton.language as tl
+
+SCALE = 2.0
+
+
+@triton.jit
+def _h(a):
+    return a * 2
+
+
+@triton.jit
+def _k(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+{body}
+    tl.store(Y + offs, tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+"""
+
+
+@pytest.mark.parametrize("body,ok", [
+    ("    v = tl.load(X + offs).to(tl.float32) * SCALE + math.pi", True),
+    ("    v = tl.extra.cuda.libdevice.fast_expf(tl.load(X + offs))", True),
+    ("    v = _h(tl.load(X + offs)).to(Y.dtype.element_ty)", True),
+    ("    for i in tl.static_range(2):\n        v = tl.full((BLOCK,), float('inf'), tl.float32)", True),
+    ("    torch.os.remove('/etc/passwd')", False),
+    ("    tl.core.builtins.exec('1')", False),
+    ("    tl.core.inspect.stack()", False),
+    ("    tl.extra.pkgutil.walk_packages()", False),
+    ("    v = X.fn", False),
+    ("    v = (lambda: 1)()", False),
+    ("    v = [i for i in range(2)]", False),
+    ("    v = open('/x', 'w')", False),
+    ("    v = n(1)", False),
+    ("    v = _k.run", False),
+])
+def test_jit_body_rules(body, ok):
+    r = rules(JIT.format(body=body) + OK_FORWARD)
+    assert (r == []) if ok else ("jit_body" in r or "reflection" in r), r
+    if not ok and "open" not in body:
+        assert "jit_body" in r, r
+
+
+def test_jit_signature_and_decorators_are_guarded():
+    src = JIT.format(body="    pass").replace(
+        "def _k(X, Y, n, BLOCK: tl.constexpr):",
+        "def _k(X, Y, n, BLOCK: torch.os.system('id')):")
+    assert "jit_body" in rules(src + OK_FORWARD)
+    src = JIT.format(body="    pass").replace(
+        "@triton.jit\ndef _k", "@triton.heuristics({'B': lambda a: torch.os.getpid()})\n"
+        "@triton.jit\ndef _k")
+    assert "torch_compute" in rules(src + OK_FORWARD)
+
+
+def test_module_passed_to_a_kernel_as_a_value():
+    fwd = OK_FORWARD.replace("_k[(1,)](x, y,", "_k[(1,)](x, torch,")
+    assert "reflection" in rules(HEAD + fwd)
+
+
+def test_shipped_variants_pass_the_guard():
+    from pathlib import Path
+
+    files = [p for p in (Path(__file__).resolve().parents[2] / "kernelsearch" / "families").glob(
+        "*/*.py") if p.name != "__init__.py"]
+    assert len(files) >= 15
+    for f in files:
+        assert check_source(f.read_text()) == [], f

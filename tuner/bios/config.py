@@ -2,7 +2,8 @@
 
 ```yaml
 method: redfish            # redfish | racadm | ilorest | sum | onecli
-url: https://10.1.2.3      # Redfish service (sim hosts: sim-bmc://local)
+url: https://10.1.2.3      # Redfish service (sim hosts: sim-bmc://local); user:pw@ in it is
+                           # taken out at load (never stored, logged or shown)
 username: metaltune
 password_file: /etc/metaltune/bmc.secret   # or env METALTUNE_BMC_PASSWORD; never logged
 verify_tls: true           # or a CA bundle path
@@ -18,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 from safety.inputs import load_yaml
 from tuner.errors import BadInput
@@ -27,7 +28,8 @@ CONFIG = "/etc/metaltune/bmc.yaml"
 
 
 class BmcConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # the file may hold credentials: pydantic must never echo a value in an error
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     method: Literal["redfish", "racadm", "ilorest", "sum", "onecli"] = "redfish"
     url: Optional[str] = None
@@ -39,17 +41,38 @@ class BmcConfig(BaseModel):
     values: dict[str, list[Any]] = {}
     bmc_host: Optional[str] = None
     timeout_s: float = 30.0
+    _url_password: Optional[str] = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _credentials_out_of_the_url(self) -> "BmcConfig":
+        """`https://user:pw@bmc` works, but only the bare URL is kept (it becomes the knobs'
+        identity, so the journal and `host --json` would show it)."""
+        if self.url:
+            from tuner import redact
+
+            clean, user, pw = redact.split_url(self.url)
+            self.url = clean
+            if self.username is None:
+                self.username = user
+            self._url_password = pw
+            redact.remember(pw)
+        return self
 
     def password(self, host: Any) -> Optional[str]:
+        from tuner import redact
+
         env = os.environ.get("METALTUNE_BMC_PASSWORD")
         if env:
+            redact.remember(env)
             return env
         if self.password_file:
             try:
-                return host.path(self.password_file).read_text().strip()
+                pw = host.path(self.password_file).read_text().strip()
             except OSError as e:
                 raise BadInput(f"{CONFIG}: password_file {self.password_file}: {e.strerror}") from None
-        return None
+            redact.remember(pw)
+            return pw
+        return self._url_password
 
     def __repr__(self) -> str:  # the password never lives here, but keep reprs short anyway
         return f"BmcConfig(method={self.method!r}, url={self.url!r})"
@@ -66,7 +89,7 @@ def load(host: Any) -> Optional[BmcConfig]:
     try:
         cfg = BmcConfig.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
+        err = e.errors()[0]  # the message only: never the value (hide_input_in_errors)
         raise BadInput(f"{p}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
     if cfg.method == "redfish" and not cfg.url:
         raise BadInput(f"{p}: field url: required for method redfish")

@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(rc, int) and rc:  # typer returns typer.Exit(n)'s code in this mode
             return rc
     except (MetaltuneError, SafetyError) as e:  # safety's errors carry their own exit code too
-        print(f"metaltune: error: {e}", file=sys.stderr)
+        from tuner import redact
+
+        print(f"metaltune: error: {redact.text(str(e))}", file=sys.stderr)
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code

@@ -26,4 +26,7 @@ def invoke(settings: Settings, name: str, **kwargs: Any) -> dict[str, Any]:
         res = try_call(name, kwargs)
         if res is not None:
             return res
-    return ops.get(name)(settings, **kwargs)
+    from tuner.ops.args import validate
+
+    fn = ops.get(name)
+    return fn(settings, **validate(name, fn, kwargs))

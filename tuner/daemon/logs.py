@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any, TextIO
 
+from tuner import redact
+
 _PRIO = {"debug": 7, "info": 6, "notice": 5, "warning": 4, "error": 3, "critical": 2}
 _BARE = re.compile(r"^[A-Za-z0-9_.:/@+,\-\[\]]+$")
 _lock = threading.Lock()
@@ -72,7 +74,7 @@ def format_line(event: str, level: str = "info", **kv: Any) -> str:
 def log(event: str, level: str = "info", **kv: Any) -> None:
     if _PRIO.get(level, 6) > _PRIO[_min_level]:
         return
-    line = format_line(event, level, **kv)
+    line = redact.text(format_line(event, level, **kv))  # never a credential in the journal
     if os.environ.get("JOURNAL_STREAM"):
         line = f"<{_PRIO.get(level, 6)}>{line}"
     out = _stream or sys.stdout

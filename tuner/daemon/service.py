@@ -171,9 +171,14 @@ class Daemon:
     def _lock_daemon(self) -> None:
         """One daemon per run dir (flock, released by the kernel when we die), then the host's
         writer lock for our whole life."""
-        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.run_dir, 0o700)
-        fd = os.open(self.run_dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        from safety.securefs import UnsafePath, open_file, secure_dir
+
+        try:  # never through a symlink or a directory another user can write
+            secure_dir(self.run_dir)
+            fd = open_file(self.run_dir / "daemon.lock", os.O_RDWR | os.O_CREAT)
+            secure_dir(self.cfg.state_dir)
+        except UnsafePath as e:
+            raise OperationFailed(str(e)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -182,15 +187,16 @@ class Daemon:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._daemon_lock_fd = fd
-        self.cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._acquire_writer(timeout=60.0)
 
     def _acquire_writer(self, timeout: float) -> None:
         from safety import Busy, WriterLock
 
+        from safety.securefs import UnsafePath
+
         try:
             self._wlock = WriterLock(self.cfg.state_dir, role="daemon").acquire(timeout=timeout)
-        except Busy as e:
+        except (Busy, UnsafePath) as e:
             raise OperationFailed(str(e)) from None
 
     def _release_writer(self) -> None:
@@ -425,7 +431,7 @@ class Daemon:
         if self.cfg.policy is not None and args.get("policy") is None and _takes(fn, "policy"):
             args = {**args, "policy": str(self.cfg.policy)}  # the host's allowed-change list
         if op in READ_OPS:
-            res = _call_args(fn, self.settings(), args)
+            res = _call_args(fn, self.settings(), args, op)
             if op == "status" and isinstance(res, dict):
                 res = {**res, "daemon": self.info()}
             return res
@@ -449,7 +455,7 @@ class Daemon:
         try:
             logs.log("request", op=op, uid=peer.uid, pid=peer.pid, args=_brief(args))
             try:
-                res = _call_args(fn, self.settings(), args)
+                res = _call_args(fn, self.settings(), args, op)
             except Exception as e:
                 self.mirror.tail()
                 logs.log("request.failed", level="warning", op=op, error=f"{type(e).__name__}: {e}")
@@ -668,6 +674,8 @@ class Daemon:
                 # a request whose change was just rolled back gets its answer before we exit
                 with self._inflight_cv:
                     self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout=10.0)
+                if self.server is not None:
+                    self.server.drain(timeout=5.0)
         except Exception as e:
             logs.log("daemon.stop_error", level="error", error=f"{type(e).__name__}: {e}")
         finally:
@@ -733,13 +741,12 @@ def _takes(fn: Any, name: str) -> bool:
         return False
 
 
-def _call_args(fn: Any, settings: Any, args: dict[str, Any]) -> Any:
-    """A client's arguments go through as given: an unknown one is that client's bad input."""
-    try:
-        inspect.signature(fn).bind(settings, **args)
-    except TypeError as e:
-        raise BadInput(f"request args: {e}") from None
-    return fn(settings, **args)
+def _call_args(fn: Any, settings: Any, args: dict[str, Any], op: str = "request") -> Any:
+    """A client's arguments are checked by the operation's model (the one the CLI's local path
+    uses): an unknown one or a wrong type is that client's bad input."""
+    from tuner.ops.args import validate
+
+    return fn(settings, **validate(op, fn, args))
 
 
 def _as_metaltune(e: BaseException) -> MetaltuneError:

@@ -34,7 +34,7 @@ _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
 class Connection(_Strict):
@@ -110,6 +110,18 @@ class Inventory:
         return [h for n, h in self.hosts.items() if n in want]
 
 
+_SECRET_WORDS = ("pass", "secret", "token", "key", "cred", "auth")
+
+
+def _got(err: dict[str, Any]) -> str:
+    """The offending value, unless it may be a secret: an unknown field (`password: ...` where
+    no such field exists) or a field whose name says so."""
+    name = str(err.get("loc", ("",))[-1]).lower()
+    if err.get("type") == "extra_forbidden" or any(w in name for w in _SECRET_WORDS):
+        return ""
+    return f" (got {err.get('input')!r})"
+
+
 def _loc(err: dict[str, Any]) -> str:
     return ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
 
@@ -128,7 +140,7 @@ def load(path: Path) -> Inventory:
         err = e.errors()[0]
         more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise BadInput(f"inventory {path}: field {_loc(err)}: {err['msg']}"
-                       f" (got {err.get('input')!r}){more}") from None
+                       f"{_got(err)}{more}") from None
     d = inv.defaults
     hosts: dict[str, Host] = {}
     groups: dict[str, list[str]] = {g: list(m) for g, m in inv.groups.items()}

@@ -120,8 +120,14 @@ class RolloutState:
 
         from tuner.errors import OperationFailed
 
+        from safety.securefs import UnsafePath, open_file
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path.with_name(self.path.name + ".lock"), "w")
+        try:  # not "w": opening a planted symlink that way would truncate its target
+            fd = open_file(self.path.with_name(self.path.name + ".lock"), os.O_WRONLY | os.O_CREAT)
+        except UnsafePath as e:
+            raise OperationFailed(str(e)) from None
+        f = os.fdopen(fd, "w")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

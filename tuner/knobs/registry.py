@@ -7,7 +7,7 @@ import importlib
 import logging
 from typing import Any
 
-from tuner.errors import UnknownKnob
+from tuner.errors import BadInput, UnknownKnob
 from tuner.knobs.base import Knob
 
 log = logging.getLogger(__name__)
@@ -22,8 +22,12 @@ def discover(host: Any, providers: list[str] | None = None) -> dict[str, Knob]:
         mod = importlib.import_module(f"tuner.knobs.{mod_name}")  # a stale name fails loudly
         try:
             found = mod.discover(host)
+        except BadInput:
+            raise  # a broken config file (bmc.yaml) fails loudly, never drops its knobs silently
         except Exception as e:  # an interface that is not there is not an error for the host
-            log.debug("knob provider %s unavailable: %s", mod_name, e)
+            from tuner import redact
+
+            log.debug("knob provider %s unavailable: %s", mod_name, redact.text(str(e)))
             continue
         for k in found:
             knobs[k.name] = k

@@ -19,5 +19,7 @@ class Settings:
         return open_host(self.backend, self.sim_root, dry_run=dry_run)
 
     def ensure_state_dir(self) -> Path:
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from safety.securefs import secure_dir
+
+        secure_dir(self.state_dir)  # trusted path, ours, 0700 (UnsafePath otherwise: exit 1)
         return self.state_dir

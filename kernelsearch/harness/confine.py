@@ -1,0 +1,226 @@
+"""Confining the process that runs candidate code (the child's worker, see `child.py`).
+
+- When running as root it becomes an unprivileged user (`nobody` unless the caller names another,
+  e.g. a dedicated uid): setgroups([]), setgid, setuid, in that order, and no way back.
+- A Landlock ruleset (Linux >= 5.13; unprivileged, so it also confines non-root callers) leaves it
+  write access to its own temp dir and the GPU device nodes only: it can still read the
+  filesystem, but cannot create, change, truncate or remove anything else, cannot reach TCP, and
+  (Landlock ABI >= 6) cannot signal processes outside its domain (the warden, the caller).
+- TMPDIR, HOME and the Triton / CUDA / XDG caches point into its temp dir: nothing it writes
+  survives it, and no cache a later trusted run would load is writable by it.
+
+Where Landlock is missing the uid drop still holds; `status()` says which layers are active.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import pwd
+import stat
+from pathlib import Path
+from typing import Optional
+
+DEFAULT_USER = "nobody"
+USER_ENV = "KERNELSEARCH_SANDBOX_USER"  # name or numeric uid of the unprivileged account
+
+# Landlock (include/uapi/linux/landlock.h), x86_64 / aarch64 syscall numbers are the same
+_SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+# access rights that change the filesystem, by the ABI version that introduced them
+_FS_WRITE = [
+    (1, (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10)
+        | (1 << 11) | (1 << 12)),  # write_file, remove_dir/file, make_char/dir/reg/sock/fifo/block/sym
+    (2, 1 << 13),  # refer (rename/link across directories)
+    (3, 1 << 14),  # truncate
+]
+_FILE_RIGHTS = (1 << 1) | (1 << 14)  # rights that apply to a file (not a directory) rule
+_NET_TCP = (1 << 0) | (1 << 1)  # bind_tcp, connect_tcp (ABI 4)
+_SCOPE = (1 << 0) | (1 << 1)  # abstract unix sockets, signals (ABI 6)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: unavailable or disabled)."""
+    try:
+        r = _libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0),
+                            ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(r), 0)
+
+
+NO_DROP = "none"  # explicit opt-out: keep the caller's uid (Landlock and the rest still hold)
+
+
+def sandbox_user(name: Optional[str] = None) -> Optional[tuple[int, int]]:
+    """(uid, gid) of the unprivileged account candidates run as; None if the operator opted out
+    (`none`). KeyError if it does not exist or is root."""
+    name = name or os.environ.get(USER_ENV) or DEFAULT_USER
+    if name == NO_DROP:
+        return None
+    pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    if pw.pw_uid == 0:
+        raise KeyError(f"{name}: the sandbox user must not be root")
+    return pw.pw_uid, pw.pw_gid
+
+
+def unreadable_install(device: str) -> Optional[str]:
+    """A directory of the Python / Triton install that other users cannot enter (a pyenv under a
+    0700 /root), or None. On the CPU the worker imports what it needs before dropping its uid;
+    on the GPU Triton still reads its headers and runs ptxas from there at every compile."""
+    if device != "cuda":
+        return None
+    import importlib.util
+    import sysconfig
+
+    spec = importlib.util.find_spec("triton")  # located, not imported (the caller stays light)
+    tops = [sysconfig.get_paths()["stdlib"]]
+    if spec is not None and spec.origin:
+        tops.append(os.path.dirname(spec.origin))
+    for top in tops:
+        p = Path(top).resolve()
+        for d in [p, *p.parents]:
+            try:
+                if not os.stat(d).st_mode & stat.S_IXOTH:
+                    return str(d)
+            except OSError:
+                return str(d)
+    return None
+
+
+def prepare_dir(work: Path, uid: Optional[int], gid: Optional[int]) -> None:
+    """Called by the (privileged) caller: the worker's temp dir, owned by the worker, 0700."""
+    for sub in ("tmp", "cache"):
+        (work / sub).mkdir(mode=0o700, exist_ok=True)
+    if uid is not None:
+        for p in (work, work / "tmp", work / "cache"):
+            os.chown(p, uid, gid if gid is not None else -1)
+    os.chmod(work, 0o700)
+
+
+def _env(work: Path) -> None:
+    tmp, cache = str(work / "tmp"), str(work / "cache")
+    os.environ.update({
+        "TMPDIR": tmp, "TEMP": tmp, "TMP": tmp, "HOME": str(work), "XDG_CACHE_HOME": cache,
+        "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "TRITON_HOME": cache,
+        "TRITON_DUMP_DIR": os.path.join(cache, "triton-dump"),
+        "TRITON_OVERRIDE_DIR": os.path.join(cache, "triton-override"),
+        "CUDA_CACHE_PATH": os.path.join(cache, "nv"),
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+    })
+    import tempfile
+
+    tempfile.tempdir = None  # recomputed from TMPDIR on next use
+
+
+def _drop_privileges(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid or os.getegid() != gid:
+        raise OSError("privilege drop did not take")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise OSError("privilege drop is reversible")
+
+
+def _landlock(work: Path, abi: int) -> None:
+    libc = _libc()
+    fs = 0
+    for ver, bits in _FS_WRITE:
+        if abi >= ver:
+            fs |= bits
+    attr = _RulesetAttr(fs, _NET_TCP if abi >= 4 else 0, _SCOPE if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    rs = libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if rs < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        # device nodes the GPU runtime opens read-write, and /dev/null
+        paths = [(str(work), fs)] + [(p, fs & _FILE_RIGHTS) for p in
+                                     ["/dev/null"] + sorted(glob.glob("/dev/nvidia*"))
+                                     + sorted(glob.glob("/dev/dri/*"))]
+        for path, rights in paths:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    rights &= _FILE_RIGHTS
+                rule = _PathBeneath(rights, fd)
+                if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(rs), ctypes.c_int(_RULE_PATH_BENEATH),
+                                ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {path} failed")
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+        if libc.syscall(_SYS_RESTRICT, ctypes.c_int(rs), ctypes.c_uint32(0)) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(rs)
+
+
+def preload(family: str, device: str) -> None:
+    """Import what the judge needs while the install is still readable: a Python under a 0700
+    home (pyenv in /root) is not readable by the sandbox user, and nothing it imports later
+    comes from candidate-controlled paths anyway."""
+    import importlib
+
+    for m in ("statistics", "random", "functools", "numpy", "torch", "torch.overrides",
+              "triton", "triton.language", "triton.runtime.interpreter",
+              "kernelsearch.families", "kernelsearch.families.base", "kernelsearch.runtime",
+              "kernelsearch.harness.judge", "kernelsearch.harness.correctness",
+              "kernelsearch.harness.timing", "kernelsearch.harness.sandbox"):
+        try:
+            importlib.import_module(m)
+        except ImportError:
+            pass
+    from kernelsearch.families import get
+    from kernelsearch.runtime import ensure_scratch_allocator
+
+    try:
+        get(family)
+    except Exception:
+        pass  # the judge reports an unknown family itself
+    if device == "cuda":
+        import torch
+
+        torch.cuda.init()
+    ensure_scratch_allocator()
+
+
+def enter(work: Path, user: Optional[tuple[int, int]], family: str = "",
+          device: str = "cpu") -> dict:
+    """Confine this process (the worker, before it imports candidate code). `user`: (uid, gid)
+    to become when root, None to keep the current one. Raises if a layer that should hold
+    cannot be put in place (fail closed)."""
+    _env(work)
+    os.chdir(work)
+    os.umask(0o077)
+    abi = landlock_abi()
+    if abi:
+        _landlock(work, abi)
+    if user is not None and os.geteuid() == 0:
+        preload(family, device)
+        _drop_privileges(*user)
+    return {"landlock_abi": abi, "uid": os.geteuid()}

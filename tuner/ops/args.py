@@ -1,0 +1,53 @@
+"""The arguments of an operation, checked against its signature by one pydantic model per
+operation: the CLI's local path (`tuner.cli.common.invoke`) and the daemon's control socket validate with the
+same model, so `limit: "x"` is the same bad input (exit 2) however it arrives."""
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from typing import Any, Callable
+
+from tuner.errors import BadInput
+
+
+@functools.lru_cache(maxsize=None)
+def model_for(fn: Callable[..., Any]) -> Any:
+    """A pydantic model of fn's keyword arguments (its first parameter, the settings, left out).
+    Unknown arguments are refused unless fn takes **kwargs; floats must be finite."""
+    from pydantic import ConfigDict, create_model
+
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that does not resolve: check presence only
+        hints = {}
+    params = list(sig.parameters.values())[1:]
+    extra = "allow" if any(p.kind is p.VAR_KEYWORD for p in params) else "forbid"
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        ann = hints.get(p.name, Any)
+        fields[p.name] = (ann, ... if p.default is p.empty else p.default)
+    return create_model(f"{fn.__name__}_args", __config__=ConfigDict(
+        extra=extra, allow_inf_nan=False, arbitrary_types_allowed=True,
+        hide_input_in_errors=True), **fields)
+
+
+def validate(op: str, fn: Callable[..., Any], args: dict[str, Any]) -> dict[str, Any]:
+    """args as fn should get them, or BadInput naming the operation, the field and what was
+    expected (values are not echoed: an argument may hold a secret)."""
+    from pydantic import ValidationError
+
+    model = model_for(fn)
+    try:
+        m = model.model_validate(args)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "args"
+        msg = "unknown argument" if err["type"] == "extra_forbidden" else err["msg"]
+        raise BadInput(f"{op}: argument {field}: {msg}") from None
+    out = {k: getattr(m, k) for k in model.model_fields if k in args}
+    out.update({k: v for k, v in args.items() if k not in model.model_fields})  # **kwargs
+    return out
