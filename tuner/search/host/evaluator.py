@@ -30,8 +30,8 @@ class HostEvaluator:
     seen: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        if not self.incumbent:
-            self.incumbent = {n: k.read() for n, k in self.knobs.items()}
+        if not self.incumbent:  # in place: a mixed search shares this dict (even when empty)
+            self.incumbent.update({n: k.read() for n, k in self.knobs.items()})
 
     # -- gates ---------------------------------------------------------------------------------
     def gates(self, also_known: Sequence[G.Gate] = (), no_change: Optional[G.Gate] = None) -> list[G.Gate]:
