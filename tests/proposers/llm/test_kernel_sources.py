@@ -277,6 +277,10 @@ def test_profile_export_then_apply_on_a_second_host_carries_the_kernel(run, tmp_
     assert rc == 0, err
     text = prof.read_text()
     assert f"src:{sha}" in text and "kernel_sources:" in text and "def forward(x, weight" in text
+    # host A was an H200: its record says where the source was judged, and travels with it
+    assert text.count("gpu: cpu (triton interpreter)") == 1
+    text = text.replace("gpu: cpu (triton interpreter)", "gpu: NVIDIA H200")
+    prof.write_text(text)
     state_b = tmp_path / "state-b"
     rc, out, err = run_cli(capsys, "--backend", "sim", "--sim-root", str(tmp_path / "sim-b"),
                            "--state-dir", str(state_b), "apply", str(prof), "--probation", "0")
@@ -285,8 +289,12 @@ def test_profile_export_then_apply_on_a_second_host_carries_the_kernel(run, tmp_
     st = SourceStore(state_b / "kernels" / "sources")
     assert st.source(sha) == run["trials"][0].candidate.kernel.source
     assert st.record(sha).origin["run_id"] == run["res"]["run_id"]  # provenance travels too
+    assert st.record(sha).env["gpu"] == "NVIDIA H200" and st.record(sha).judgements == []
+    # host B's model server: judged again here (another GPU) before first use, then run
     out = dispatch_in_a_fresh_process(state_b / "kernels" / "active.json", st.root, [8])
     assert out["refused"] == {} and out["8"][0] == 1 and out["8"][1] < 1e-5
+    (j,) = st.record(sha).judgements
+    assert j["verdict"] == "accepted" and j["env"]["gpu"].startswith("cpu")
     # a bundle edited on the way: one clear line, exit 2, nothing written on the third host
     bad = tmp_path / "bad.yaml"
     bad.write_text(text.replace("tl.rsqrt(", "tl.sqrt("))
