@@ -9,24 +9,39 @@ that kernel; anything else (no table, another shape, a CPU tensor, an odd layout
 torch op. Tables are measured on each family's input layout (matmul: b = W.t(), as F.linear),
 so a call with another layout (a row-major [K, N] b) runs torch too: a kernel judged and timed on
 one layout can be several times slower on another. Lookups are cached per argument dtypes,
-shapes, strides and devices, so the steady-state cost is one dict lookup."""
+shapes, strides and devices, so the steady-state cost is one dict lookup.
+
+An entry whose variant is `src:<sha256>` names a kernel source in a `kernelsearch.store`
+(`install(table, store=DIR)`, default `store.default_root()`); nothing else is ever loaded. At
+install each such source is read from the store and re-hashed, re-guarded, and re-judged for
+correctness (in a child process, at the entries' range ends) when this GPU, driver or triton
+version is not one it was judged on. A source that fails any of these is refused: its entries
+run torch, `refused()` says why and the reason is logged."""
 from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from kernelsearch.table import DispatchTable
+from kernelsearch.table import DispatchTable, source_digest
+
+log = logging.getLogger("kernelsearch.dispatch")
 
 _table: Optional[DispatchTable] = None
 _cache: dict[tuple, Optional[Callable]] = {}
 _stats: dict[str, int] = {"kernel": 0, "fallback": 0}
+_sources: dict[str, Callable] = {}  # sha256 -> the stored source's forward (installed table's)
+_refused: dict[str, str] = {}  # sha256 -> why its entries run torch
+_loaded: dict[tuple, Callable] = {}  # (store root, sha256) -> forward: loaded once per process
 
 
-def install(table: Union[None, DispatchTable, dict, str, Path]) -> Optional[DispatchTable]:
-    """Install a dispatch table (None clears it). Returns the installed table."""
+def install(table: Union[None, DispatchTable, dict, str, Path],
+            store: Union[None, str, Path] = None) -> Optional[DispatchTable]:
+    """Install a dispatch table (None clears it). Returns the installed table. `store`: the
+    kernel source store `src:` entries are loaded from (default `store.default_root()`)."""
     global _table
     if table is None:
         _table = None
@@ -38,7 +53,97 @@ def install(table: Union[None, DispatchTable, dict, str, Path]) -> Optional[Disp
     else:
         _table = DispatchTable.load(table)
     _cache.clear()
+    _sources.clear()
+    _refused.clear()
+    if _table is not None and _table.sources():
+        _load_sources(_table, store)
     return _table
+
+
+def refused() -> dict[str, str]:
+    """Stored sources the installed table names that run torch instead, and why."""
+    return dict(_refused)
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _rejudge_shapes(table: DispatchTable, sha: str) -> list[tuple]:
+    """Correctness at the ends of every range the source is used on (its largest point too)."""
+    from kernelsearch.families import get
+
+    out: list[tuple] = []
+    for e in table.entries:
+        if source_digest(e.variant) != sha:
+            continue
+        fam = get(e.family)
+        for end in (0, 1):
+            d = {k: r[end] for k, r in e.ranges.items()}
+            d.update(e.match)
+            if all(k in d for k in fam.shape_dims):
+                s = tuple(d[k] for k in fam.shape_dims)
+                if s not in out:
+                    out.append(s)
+    return out
+
+
+def _load_sources(table: DispatchTable, store_dir: Union[None, str, Path]) -> None:
+    from kernelsearch import store as st
+
+    store = st.SourceStore(store_dir if store_dir is not None else st.default_root())
+    for sha in table.sources():
+        key = (str(store.root), sha)
+        try:
+            _sources[sha] = _loaded[key] if key in _loaded else _load_one(table, store, sha)
+            _loaded[key] = _sources[sha]
+        except Exception as e:  # noqa: BLE001 - any failure: torch runs, and we say why
+            _refused[sha] = f"{type(e).__name__}: {e}" if not isinstance(e, st.StoreError) else str(e)
+            log.warning("kernel source src:%s refused, its entries run torch: %s", sha[:12],
+                        _refused[sha])
+
+
+def _load_one(table: DispatchTable, store: Any, sha: str) -> Callable:
+    from kernelsearch import store as st
+    from kernelsearch.harness import guard, sandbox
+
+    source = store.source(sha)  # re-hashed: a changed file raises StoreError
+    rec = store.record(sha)
+    fams = {e.family for e in table.entries if source_digest(e.variant) == sha}
+    if fams != {rec.family}:
+        raise st.StoreError(f"table uses it for {sorted(fams)}; it was judged for {rec.family}")
+    bad = guard.check_source(source)
+    if bad:
+        raise st.StoreError(f"static guard: {bad[0]}")
+    dev = _device()
+    env = st.environment(dev)
+    if not rec.judged_on(env):
+        from kernelsearch.harness import check
+
+        why = ", ".join(f"{k} {rec.env.get(k)!r} -> {env.get(k)!r}"
+                        for k in st.env_differs(rec.env, env))
+        log.warning("kernel source src:%s was judged elsewhere (%s): re-judging", sha[:12], why)
+        configs = {json_key(e.config): e.config for e in table.entries
+                   if source_digest(e.variant) == sha}
+        for cfg in configs.values():
+            v = check(rec.family, source, cfg, device=dev, timing=False,
+                      shapes=_rejudge_shapes(table, sha) or None)
+            if not v.accepted:
+                raise st.StoreError(f"re-judged on {env['gpu']}: {v.code}/{v.rule}: "
+                                    f"{v.detail[:300]}")
+        try:
+            store.add_judgement(sha, v.to_dict(), env)
+        except (OSError, st.StoreError) as e:  # a read-only store: judged again next time
+            log.info("kernel source src:%s: re-judgement not recorded: %s", sha[:12], e)
+    return sandbox.load(source, "src").forward
+
+
+def json_key(d: dict) -> str:
+    import json
+
+    return json.dumps(d, sort_keys=True)
 
 
 def installed() -> Optional[DispatchTable]:
@@ -109,7 +214,13 @@ def _lookup(family: str, args) -> Optional[Callable]:
     if _table is None or layout != fam.layout or not _usable(family, args):
         return None
     e = _table.lookup(family, dtype, fam.dims_dict(shape))
-    return None if e is None else functools.partial(_forward(family, e.variant), **e.config)
+    if e is None:
+        return None
+    sha = source_digest(e.variant)
+    if sha is not None:  # a stored source: only if install loaded and verified it
+        fwd = _sources.get(sha)
+        return None if fwd is None else functools.partial(fwd, **e.config)
+    return functools.partial(_forward(family, e.variant), **e.config)
 
 
 def call(family: str, *args: Any) -> Any:

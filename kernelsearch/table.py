@@ -10,6 +10,12 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 VERSION = 1
+SOURCE_PREFIX = "src:"  # variant "src:<sha256>": a source from kernelsearch.store, not a shipped file
+
+
+def source_digest(variant: str) -> Optional[str]:
+    """The SHA-256 a `src:` variant names, or None for a shipped variant."""
+    return variant[len(SOURCE_PREFIX):] if variant.startswith(SOURCE_PREFIX) else None
 
 
 class TableError(ValueError):
@@ -76,19 +82,31 @@ class DispatchTable:
                 raise TableError(f"{w}.family: unknown family {e['family']!r}; expected one of "
                                  f"{', '.join(NAMES)}")
             fam = get(e["family"])
-            if e["variant"] not in fam.variants:
+            sha = source_digest(e["variant"])
+            if sha is not None:
+                from kernelsearch.store import SHA_RE
+
+                if not SHA_RE.match(sha):
+                    raise TableError(f"{w}.variant: expected src:<sha256> (64 lowercase hex "
+                                     f"digits), got {e['variant']!r}")
+            elif e["variant"] not in fam.variants:
                 raise TableError(f"{w}.variant: {e['family']} has no variant {e['variant']!r}; "
-                                 f"expected one of {sorted(fam.variants)}")
+                                 f"expected one of {sorted(fam.variants)} or src:<sha256>")
             if e["dtype"] not in fam.dtypes:
                 raise TableError(f"{w}.dtype: expected one of {fam.dtypes}, got {e['dtype']!r}")
             cfg = e.get("config", {})
-            dims = fam.variants[e["variant"]].dims
-            if not isinstance(cfg, dict) or set(cfg) - set(dims):
-                raise TableError(f"{w}.config: expected keys among {sorted(dims)}, got "
-                                 f"{sorted(cfg) if isinstance(cfg, dict) else cfg!r}")
-            for k, v in cfg.items():
-                if v not in dims[k]:
-                    raise TableError(f"{w}.config.{k}: expected one of {dims[k]}, got {v!r}")
+            if sha is not None:  # a stored source's own parameters: constants only
+                if not isinstance(cfg, dict) or not all(
+                        isinstance(k, str) and isinstance(v, (int, str, bool)) for k, v in cfg.items()):
+                    raise TableError(f"{w}.config: expected name: int|str|bool pairs, got {cfg!r}")
+            else:
+                dims = fam.variants[e["variant"]].dims
+                if not isinstance(cfg, dict) or set(cfg) - set(dims):
+                    raise TableError(f"{w}.config: expected keys among {sorted(dims)}, got "
+                                     f"{sorted(cfg) if isinstance(cfg, dict) else cfg!r}")
+                for k, v in cfg.items():
+                    if v not in dims[k]:
+                        raise TableError(f"{w}.config.{k}: expected one of {dims[k]}, got {v!r}")
             match = e.get("match", {})
             ranges = e.get("ranges", {})
             if not isinstance(match, dict) or not all(
@@ -106,12 +124,20 @@ class DispatchTable:
                              e.get("speedup"), list(e.get("measured", []))))
         return cls(out, str(d.get("device", "")), dict(d.get("meta", {})))
 
+    def sources(self) -> list[str]:
+        """The SHA-256 digests of the stored sources the entries name (in entry order)."""
+        out: list[str] = []
+        for e in self.entries:
+            sha = source_digest(e.variant)
+            if sha and sha not in out:
+                out.append(sha)
+        return out
+
     def save(self, path: Union[str, Path]) -> None:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(p.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        tmp.replace(p)
+        """Atomically, never through a symlink (kernelsearch.store.atomic_write)."""
+        from kernelsearch.store import atomic_write
+
+        atomic_write(path, (json.dumps(self.to_dict(), indent=1) + "\n").encode())
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "DispatchTable":
@@ -260,3 +286,46 @@ def plan(family_name: str, results: list[dict], margin: float = 0.02,
             entries.append(Entry(family_name, r["dtype"], match, ranges, r["variant"],
                                  dict(r["config"]), r["baseline_s"] / r["time_s"], [meas]))
     return entries
+
+
+def overlaps(a: Entry, b: Entry) -> bool:
+    """Same family, dtype and match, and intersecting ranges in every shared dim."""
+    if (a.family, a.dtype, a.match) != (b.family, b.dtype, b.match):
+        return False
+    for k in set(a.ranges) & set(b.ranges):
+        (alo, ahi), (blo, bhi) = a.ranges[k], b.ranges[k]
+        if ahi < blo or bhi < alo:
+            return False
+    return True
+
+
+def trim(e: Entry, n: Entry) -> list[Entry]:
+    """What is left of base entry `e` outside new entry `n`: where the two differ in one range
+    dim only, the parts of e's range below and above n's (a base entry validated on rows
+    363-65536 keeps 363-16383 when a new one takes 16384-65536); otherwise nothing."""
+    import dataclasses
+
+    diff = [k for k in e.ranges if e.ranges[k] != n.ranges.get(k)]
+    if len(diff) != 1 or set(e.ranges) != set(n.ranges):
+        return []
+    k = diff[0]
+    (lo, hi), (nlo, nhi) = e.ranges[k], n.ranges[k]
+    parts = [(lo, nlo - 1)] if lo < nlo else []
+    parts += [(nhi + 1, hi)] if hi > nhi else []
+    return [dataclasses.replace(e, ranges={**e.ranges, k: [a, b]}) for a, b in parts]
+
+
+def merge(base: DispatchTable, added: list[Entry], note: str = "") -> DispatchTable:
+    """`added` entries replace the base entries they overlap (a base range sticking out on one
+    side or both is kept there); the rest of base is kept. Lookups take the first covering
+    entry, so new entries go first."""
+    import time
+
+    kept = list(base.entries)
+    for n in added:
+        kept = [part for e in kept for part in ((trim(e, n) if overlaps(e, n) else [e]))]
+    meta = dict(base.meta)
+    meta[f"update_{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}"] = note or (
+        f"merged {len(added)} entries ({', '.join(sorted({e.family for e in added}))}); "
+        f"{len(base.entries) - len(kept)} overlapping entries replaced")
+    return DispatchTable(list(added) + kept, device=base.device, meta=meta)

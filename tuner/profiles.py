@@ -112,6 +112,8 @@ class ProfileFile(BaseModel):
     match: Optional[Match] = None
     knobs: dict[str, Any] = Field(default_factory=dict)
     kernels: dict[str, Any] = Field(default_factory=dict)
+    # the stored kernel sources `kernels:` names as src:<sha256>: {sha: {source, record}}
+    kernel_sources: dict[str, Any] = Field(default_factory=dict)
     provenance: Provenance = Field(default_factory=Provenance)
     abstract: bool = False                    # a base meant only for include:, never applied
 
@@ -136,6 +138,7 @@ class Profile(BaseModel):
     match: Match = Field(default_factory=Match)
     knobs: list[KnobSetting] = Field(default_factory=list)
     kernels: dict[str, Any] = Field(default_factory=dict)
+    kernel_sources: dict[str, Any] = Field(default_factory=dict)
     provenance: Provenance = Field(default_factory=Provenance)
     abstract: bool = False
 
@@ -153,6 +156,8 @@ class Profile(BaseModel):
         d["knobs"] = self.values()
         if self.kernels:
             d["kernels"] = self.kernels
+        if self.kernel_sources:
+            d["kernel_sources"] = self.kernel_sources
         prov = self.provenance.model_dump(exclude_none=True)
         prov.setdefault("flattened_from", self.chain)
         d["provenance"] = prov
@@ -290,6 +295,7 @@ class _Resolver:
         src = _rel(path)
         merged_knobs: dict[str, KnobSetting] = {}
         kernels: dict[str, Any] = {}
+        sources: dict[str, Any] = {}
         match: Optional[Match] = None
         chain: dict[str, None] = {}           # ordered set: a diamond lists each file once
         for inc in pf.include:
@@ -302,6 +308,7 @@ class _Resolver:
                 merged_knobs.pop(ks.key, None)
                 merged_knobs[ks.key] = ks
             kernels = _deep_merge(kernels, parent.kernels)
+            sources.update(parent.kernel_sources)
             match = parent.match if parent.match != Match() else match
             chain.update(dict.fromkeys(parent.chain))
         for key, value in pf.knobs.items():
@@ -312,7 +319,9 @@ class _Resolver:
         return Profile(
             name=pf.name or path.stem, path=src, description=pf.description, chain=list(chain),
             match=pf.match or match or Match(), knobs=list(merged_knobs.values()),
-            kernels=_deep_merge(kernels, pf.kernels), provenance=pf.provenance, abstract=pf.abstract,
+            kernels=_deep_merge(kernels, pf.kernels),
+            kernel_sources={**sources, **pf.kernel_sources}, provenance=pf.provenance,
+            abstract=pf.abstract,
         )
 
 

@@ -33,7 +33,7 @@ REASONS: dict[str, str] = {
     "too_fast": "faster than the physical floor: a measurement fault",
     "apply_failed": "the write failed or the read-back disagreed",
     "measure_failed": "the workload failed to produce a metric",
-    "not_installable": "a kernel from source passed the judge but a dispatch table can name only shipped variants",
+    "not_installable": "a kernel from source passed the judge in a mixed search, whose slots take shipped variants and stored sources (`metaltune search kernel --proposer llm` stores and installs sources)",
     # rolled back after apply
     "instability_xid": "an Xid event during probation",
     "instability_ecc": "ECC errors during probation",
@@ -108,5 +108,6 @@ class Trial(BaseModel):
     gain: Optional[float] = None  # objective / incumbent - 1
     incident: Optional[dict[str, Any]] = None
     cost: dict[str, float] = Field(default_factory=dict)  # e.g. tokens, usd (LLM proposer)
+    ideas: list[str] = Field(default_factory=list)  # the operator's directions (--idea) it ran under
     started_at: float = Field(default_factory=time.time)
     duration_s: float = 0.0

@@ -291,3 +291,67 @@ def test_kernel_slots_and_proposer_sources_go_through_the_judge_at_scale():
     r = MixedEvaluator.judge(ev, slot, (4, 17), "float32")
     assert r["code"] == "accepted", r
     assert r["timed_shapes"] == [[4, 17]] and [257, 17] in r["checked_shapes"]
+
+
+def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path, interp):
+    """Kernel slots offer the family's stored sources (`src:<sha256>`): judged again at the
+    slot's shape from the store (a child process), installed with the store, run by dispatch."""
+    from kernelsearch import dispatch
+    from kernelsearch.store import SourceStore, environment
+    from tuner.host import open_host
+    from tuner.proposers.base import Proposer
+    from tuner.search import loop
+    from tuner.search.mixed.run import build_evaluator
+    from tuner.search.mixed.space import kernel_slots, label, stored_sources, trace_kernel_calls
+    from tuner.search.safety_context import SafetyContext
+    from tuner.sim.llama_host import SimHostLlamaWorkload
+    from tuner.search.store import TrialStore
+    from tuner.trial import Candidate, KernelChoice
+
+    good = json.loads((REPO / "tests/proposers/llm/recordings/good_kernel.json").read_text())[
+        "content"][-1]["input"]
+    store = SourceStore(tmp_path / "state" / "kernels" / "sources")
+    sha = store.put("rmsnorm", good["source"], good["config"],
+                    {"verdict": "accepted", "code": "accepted"}, env=environment("cpu")).sha256
+
+    class Scripted(Proposer):
+        name = "scripted"
+
+        def __init__(self, space, cands):
+            super().__init__(space)
+            self.cands = list(cands)
+
+        def ask(self):
+            return self.cands.pop(0)
+
+        def ask_point(self):  # pragma: no cover
+            raise NotImplementedError
+
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    host = open_host("sim", root)
+    wl = SimHostLlamaWorkload(root)
+    slots = kernel_slots(trace_kernel_calls(wl.llama), ["rmsnorm"], max_choices=3,
+                         sources=stored_sources(store))
+    slot = next(s for s in slots if s.shape == (1, 64))
+    choice = label(f"src:{sha}", good["config"])
+    assert slot.choices[:2] == ("torch", choice)  # before the family's own configs
+    guard = SafetyContext(host, tmp_path / "state", policy=POLICY)
+    try:
+        ev = build_evaluator({}, wl, guard, {}, slots, store_dir=store.root)
+        ev.measure_incumbent()
+        unknown = KernelChoice(family="rmsnorm", variant="src:" + "e" * 64, config={},
+                               shape_bucket=slot.bucket)
+        with TrialStore.in_state_dir(tmp_path / "state") as ts:
+            calls = {}
+            trials = loop.run(Scripted(ev.joint.space, [Candidate(kernels=[slot.choice(choice)]),
+                                                        Candidate(kernels=[unknown])]),
+                              ev, ts, ts.new_run("search-mixed", {}), 2,
+                              on_trial=lambda t: calls.__setitem__(t.number, dispatch.stats()["kernel"])).trials
+    finally:
+        guard.close()
+    t, bad = trials
+    assert t.measurements["kernels"][slot.name]["code"] == "accepted", t.gates
+    assert t.verdict in ("kept", "reverted") and "holistic" in t.measurements
+    assert calls[1] > 0  # dispatch ran the stored kernel inside the workload
+    assert (bad.verdict, bad.reason) == ("rejected", "out_of_domain")
+    assert "not a stored source" in bad.gates[-1].detail

@@ -13,7 +13,7 @@ import typer
 from tuner.cli.common import settings
 from tuner.errors import BadInput
 
-kernel_app = typer.Typer(help="Check kernel candidates; list kernel families.",
+kernel_app = typer.Typer(help="Check kernel candidates; list kernel families and stored kernels.",
                          no_args_is_help=True)
 
 
@@ -149,27 +149,51 @@ def families_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
 def search_kernel_cmd(
     ctx: typer.Context,
     family: str = typer.Option(..., "--family", help="softmax|rmsnorm|swiglu|matmul|decode_attention"),
-    budget: int = typer.Option(20, "--budget", help="Measured configs per shape bucket."),
-    proposer: str = typer.Option("optuna", "--proposer", help="random|grid|coordinate|optuna"),
+    budget: int = typer.Option(20, "--budget", help="Measured configs per shape bucket (llm: trials)."),
+    proposer: str = typer.Option("optuna", "--proposer", help="random|grid|coordinate|optuna|llm (writes kernel sources)"),
     seed: int = typer.Option(0, "--seed"),
     device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search shapes)."),
     table: Optional[Path] = typer.Option(None, "--table", help="Where to write the dispatch table (JSON)."),
+    incumbent: Optional[Path] = typer.Option(None, "--incumbent", help="llm: the dispatch table a source must beat (default: STATE_DIR/kernels/active.json, the applied profile's, else torch)."),
+    idea: Optional[list[str]] = typer.Option(None, "--idea", help="llm: a direction for the proposer, e.g. 'load the KV once per 32k'; repeatable; recorded in every trial."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="llm: stop once this many tokens were spent."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="llm: stop once this many dollars were spent."),
+    stop_after: Optional[int] = typer.Option(None, "--stop-after", help="llm: stop after N trials in a row that keep nothing."),
+    model: Optional[str] = typer.Option(None, "--model", help="llm: model id (default METALTUNE_LLM_MODEL or the proposer's default)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="llm: GPU name for the hardware context (default: the device's own)."),
+    model_context: Optional[list[str]] = typer.Option(None, "--model-context", help="llm: model context page, e.g. llama-gqa; repeatable."),
+    diagnosis: Optional[Path] = typer.Option(None, "--diagnosis", help="llm: where the model's time goes, the JSON of `metaltune diagnose --json`."),
+    timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before a candidate process is killed."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Search a kernel family's parameter space per shape bucket with a proposer; every
-    candidate is judged by the harness in a child process; trials go to the trial store and the
-    winners that beat the torch op become a dispatch table."""
+    """Search a kernel family per shape bucket with a proposer; every candidate is judged by the
+    harness in a child process; trials go to the trial store and the winners become a dispatch
+    table. `--proposer llm` writes whole kernel sources: each one the judge accepts is stored
+    (`metaltune kernel list`) and goes into the table as `src:<sha256>` where it beats the
+    incumbent beyond the noise."""
     _family(family)
     from tuner.proposers import names
 
-    if proposer not in names() or proposer == "llm":
-        raise BadInput(f"--proposer: expected one of random, grid, coordinate, optuna; got "
+    if proposer not in names():
+        raise BadInput(f"--proposer: expected one of random, grid, coordinate, optuna, llm; got "
                        f"{proposer!r}")
+    llm_only = {"--incumbent": incumbent, "--idea": idea, "--max-tokens": max_tokens,
+                "--max-usd": max_usd, "--stop-after": stop_after, "--model": model,
+                "--gpu": gpu, "--model-context": model_context, "--diagnosis": diagnosis}
+    if proposer != "llm" and (given := [k for k, v in llm_only.items() if v]):
+        raise BadInput(f"{given[0]}: only for --proposer llm")
+    if incumbent is not None and not incumbent.is_file():
+        raise BadInput(f"--incumbent {incumbent}: no such file")
     dev = _device(device)
     shapes = [_shape(s, family) for s in shape] if shape else None
     s = settings(ctx)
     state = s.ensure_state_dir()
+    if proposer == "llm":
+        return _search_sources(state, family, budget, dev, shapes, table, incumbent, idea or [],
+                               max_tokens, max_usd, stop_after, model, gpu,
+                               tuple(model_context or ("llama-gqa",)), timeout_s, as_json,
+                               _diagnosis(diagnosis))
     from tuner.search.kernel import run_kernel_search
 
     def progress(t):
@@ -180,7 +204,8 @@ def search_kernel_cmd(
                   f"{t.verdict}/{t.reason} {obj}", flush=True)
 
     res = run_kernel_search(state, family, budget=budget, proposer=proposer, seed=seed,
-                            device=dev, shapes=shapes, table_out=table, on_trial=progress)
+                            device=dev, shapes=shapes, table_out=table, on_trial=progress,
+                            timeout_s=timeout_s)
     if as_json:
         print(json.dumps(res, indent=2, default=str))
         return
@@ -193,6 +218,132 @@ def search_kernel_cmd(
                  if best else "no accepted config")
               + f"  [{b['evaluations']} measured, {b['asks']} asked]")
     print(f"run {res['run_id']}: dispatch table with {res['entries']} entries -> {res['table']}")
+
+
+def _diagnosis(path: Optional[Path]) -> Optional[dict]:
+    if path is None:
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInput(f"--diagnosis {path}: cannot read JSON ({e})") from None
+    missing = [k for k in ("device", "workload", "findings", "ops") if not isinstance(d, dict) or k not in d]
+    if missing:
+        raise BadInput(f"--diagnosis {path}: expected the JSON of `metaltune diagnose --json` "
+                       f"(missing {', '.join(missing)})")
+    return d
+
+
+def _search_sources(state: Path, family: str, budget: int, dev: str, shapes: Optional[list],
+                    table: Optional[Path], incumbent: Optional[Path], ideas: list[str],
+                    max_tokens: Optional[int], max_usd: Optional[float],
+                    stop_after: Optional[int], model: Optional[str], gpu: Optional[str],
+                    models: tuple[str, ...], timeout_s: float, as_json: bool,
+                    diagnosis: Optional[dict] = None) -> None:
+    from tuner.search.sources import run_source_search
+
+    def progress(t):
+        if not as_json:
+            m = t.measurements
+            what = m.get("summary") or next((f"{g.code}: {g.detail}" for g in t.gates
+                                             if not g.passed), "")
+            print(f"  #{t.number} {t.verdict}/{t.reason}"
+                  + (f" src:{m['source_sha256'][:12]}" if m.get("source_sha256") else "")
+                  + f"  {what[:160]}", flush=True)
+
+    res = run_source_search(state, family, budget=budget, device=dev, shapes=shapes,
+                            incumbent_table=incumbent, table_out=table, ideas=ideas,
+                            max_tokens=max_tokens, max_usd=max_usd, stop_after=stop_after,
+                            gpu=gpu, models=models, timeout_s=timeout_s, on_trial=progress,
+                            diagnosis=diagnosis,
+                            **({"model": model} if model else {}))
+    if as_json:
+        print(json.dumps(res, indent=2, default=str))
+        return
+    print(f"run {res['run_id']}: {res['trials']} trials, {res['kept']} kept {res['by_reason']}"
+          + (f"; stopped: {res['stopped']}" if res["stopped"] else "")
+          + f"; ${res['cost'].get('usd', 0.0):.4f}")
+    print(f"dispatch table with {res['entries']} entries ({len(res['sources'])} stored sources) "
+          f"-> {res['table']}")
+
+
+def _kernel_store(ctx: typer.Context):
+    from tuner.search.sources import store_in
+
+    return store_in(settings(ctx).state_dir)
+
+
+@kernel_app.command("list")
+def list_cmd(ctx: typer.Context, family: Optional[str] = typer.Option(None, "--family"),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Stored kernel sources (content-addressed, from `search kernel --proposer llm` or a
+    profile) with their provenance: family, where they were judged, on which shapes."""
+    if family:
+        _family(family)
+    recs = [r for r in _kernel_store(ctx).list() if not family or r.family == family]
+    rows = [{"sha256": r.sha256, "family": r.family, "config": r.config,
+             "verdict": r.verdict.get("verdict"), "gpu": r.env.get("gpu"),
+             "driver": r.env.get("driver"), "torch": r.env.get("torch"),
+             "triton": r.env.get("triton"), "checked": len(r.checked), "timed": r.timed,
+             "stored_at": r.stored_at, "run_id": r.origin.get("run_id"),
+             "trial": r.origin.get("trial"), "ideas": r.origin.get("ideas", []),
+             "rejudged_on": [j["env"].get("gpu") for j in r.judgements]} for r in recs]
+    if as_json:
+        print(json.dumps({"kernels": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"stored kernels ({_kernel_store(ctx).root})")
+    for col in ("sha256", "family", "config", "judged on", "timed", "stored", "run/trial"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["sha256"][:16], r["family"], json.dumps(r["config"]),
+                  f"{r['gpu']} {r['driver']} torch {r['torch']} triton {r['triton']}",
+                  ", ".join("x".join(map(str, s)) for s in r["timed"]), r["stored_at"],
+                  f"{r['run_id'] or '-'}/{r['trial'] or '-'}")
+    Console().print(t)
+
+
+@kernel_app.command("show")
+def show_cmd(ctx: typer.Context, sha: str = typer.Argument(..., help="SHA-256 (or a unique prefix of at least 8 hex digits)."),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """One stored kernel: its record (verdict, shapes checked and timed, environment, origin,
+    re-judgements) and its source, re-hashed before it is shown (exit 1 if it no longer
+    matches its digest)."""
+    from kernelsearch.store import StoreError
+
+    store = _kernel_store(ctx)
+    if len(sha) < 8 or any(ch not in "0123456789abcdef" for ch in sha):
+        raise BadInput(f"SHA {sha!r}: expected at least 8 lowercase hex digits")
+    hits = [r.sha256 for r in store.list() if r.sha256.startswith(sha)]
+    if len(hits) != 1:
+        raise BadInput(f"SHA {sha!r}: " + ("no stored kernel has it" if not hits else
+                                          f"ambiguous ({len(hits)} stored kernels start so)"))
+    rec = store.record(hits[0])
+    try:
+        source, ok = store.source(rec.sha256), ""
+    except StoreError as e:
+        source, ok = "", str(e)
+    if as_json:
+        print(json.dumps({**rec.to_dict(), "source": source, "error": ok or None}, indent=2))
+    else:
+        print(f"src:{rec.sha256}  {rec.family}  config {json.dumps(rec.config)}")
+        v = rec.verdict
+        print(f"verdict {v.get('verdict')} ({v.get('detail', '')}) on {rec.env.get('gpu')}, "
+              f"driver {rec.env.get('driver') or '-'}, torch {rec.env.get('torch')}, "
+              f"triton {rec.env.get('triton')}; stored {rec.stored_at}")
+        print("checked: " + ", ".join("x".join(map(str, s)) for s in rec.checked))
+        print("timed:   " + ", ".join("x".join(map(str, s)) for s in rec.timed))
+        if rec.origin:
+            o = rec.origin
+            print(f"origin: run {o.get('run_id')} trial {o.get('trial')} by {o.get('proposer')}"
+                  + (f"; ideas: {o['ideas']}" if o.get("ideas") else ""))
+        for j in rec.judgements:
+            print(f"re-judged {j['at']} on {j['env'].get('gpu')}: {j['verdict']} {j.get('code')}")
+        print(source if not ok else f"REFUSED: {ok}", end="" if source.endswith("\n") else "\n")
+    if ok:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -100,11 +100,13 @@ def register(app: typer.Typer) -> None:
                    from_host: bool = typer.Option(False, "--from-host", help="Export this host's current values."),
                    name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
+                   kernels: Optional[Path] = typer.Option(None, "--kernels", help="Carry this dispatch table (JSON) as the profile's kernels."),
                    as_json: bool = typer.Option(False, "--json")) -> None:
-        """A self-contained YAML profile (includes flattened), or this host's current values."""
-
+        """A self-contained YAML profile (includes flattened), or this host's current values.
+        Stored kernel sources its kernels name (src:<sha256>) are bundled, so `apply` on
+        another host can verify and install them."""
         res = invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
-                         new_name=name)
+                     new_name=name, kernels=str(kernels) if kernels else None)
         if output is not None:
             output.write_text(res["yaml"])
         if as_json:
@@ -150,6 +152,12 @@ def register(app: typer.Typer) -> None:
             print(f"note: profile does not match this host: {m}")
         if res.get("note"):
             print(res["note"])
+        k = res.get("kernels")
+        if k:
+            print(f"kernels: {k['entries']} table entries"
+                  + (f" -> {k['table']}" if k.get("table") else " (checked)") + "; sources: "
+                  + (", ".join(f"src:{s['sha256'][:12]} ({s['from']}, digest verified)"
+                               for s in k["sources"]) or "none"))
 
 
 def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs") -> None:

@@ -18,8 +18,15 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(50, "--limit", help="Newest N trials (0: all)."),
         run_id: Optional[str] = typer.Option(None, "--run", help="Only this run."),
         verdict: Optional[str] = typer.Option(None, "--verdict", help="kept|reverted|rejected|rolled_back"),
+        show_stats: bool = typer.Option(False, "--stats", help="Per proposer: outcome shares, spend per kept change, gain over time; writes a PNG chart."),
+        chart: Optional[str] = typer.Option(None, "--chart", help="With --stats: where to write the PNG (default STATE_DIR/reports/trials-<run|all>.png)."),
     ) -> None:
-        """List evaluated trials: candidate, verdict, reason code, gain."""
+        """List evaluated trials: candidate, verdict, reason code, gain. With --stats: how each
+        proposer's trials ended (guard, incorrect by rule, too_fast, timeout, lost, kept, ...),
+        tokens and dollars per kept change and the gain over time, as a table and a chart."""
+
+        if show_stats:
+            return _stats(ctx, run_id, chart, as_json)
 
         if limit < 0:
             raise BadInput("--limit: expected a number ≥ 0")
@@ -46,3 +53,47 @@ def register(app: typer.Typer) -> None:
                 desc += f" runtime {cand['runtime']}"
             t.add_row(str(tr["number"]), tr["run_id"][-6:], tr["verdict"], tr["reason"], gain, desc)
         Console().print(t)
+
+
+def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_json: bool) -> None:
+    from pathlib import Path
+
+    from tuner.search import trial_stats
+
+    s = settings(ctx)
+    res = invoke(s, "trial_stats", run_id=run_id)
+    res["chart"] = None
+    if res["proposers"]:  # drawn here, by the caller: the daemon writes no file for a reader
+        out = Path(chart) if chart else Path(s.state_dir) / "reports" / f"trials-{run_id or 'all'}.png"
+        try:
+            res["chart"] = str(trial_stats.chart(res["proposers"], out,
+                                                 title=f"run {run_id}" if run_id else "all runs"))
+        except OSError as e:
+            raise BadInput(f"--chart {out}: cannot write ({e.strerror or e})") from None
+    if as_json:
+        print(json.dumps(res, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    t = Table(title=f"trials by outcome ({'run ' + run_id if run_id else 'all runs'})")
+    for col in ("proposer", "outcome", "trials", "share"):
+        t.add_column(col, justify="right" if col in ("trials", "share") else "left")
+    for name, p in res["proposers"].items():
+        for cat, n in p["counts"].items():
+            t.add_row(name, cat, str(n), f"{p['shares'][cat]:.1%}")
+        t.add_row(name, "[bold]all[/]", f"[bold]{p['trials']}[/]", "100.0%", end_section=True)
+    con.print(t)
+    s = Table(title="spend and gain")
+    for col in ("proposer", "kept", "tokens", "tokens/kept", "$", "$/kept", "best gain"):
+        s.add_column(col, justify="left" if col == "proposer" else "right")
+    for name, p in res["proposers"].items():
+        s.add_row(name, str(p["kept"]), f"{p['tokens']:.0f}",
+                  f"{p['tokens_per_kept']:.0f}" if p["tokens_per_kept"] else "-",
+                  f"{p['usd']:.4f}" if p["usd"] is not None else "-",
+                  f"{p['usd_per_kept']:.4f}" if p["usd_per_kept"] else "-",
+                  f"{p['best_gain']:+.1%}")
+    con.print(s)
+    if res["chart"]:
+        con.print(f"chart -> {res['chart']}")

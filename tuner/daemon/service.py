@@ -29,8 +29,8 @@ from tuner.daemon.notify import Notifier
 from tuner.errors import BadInput, MetaltuneError, OperationFailed
 
 #: operations that only read: they run concurrently, without the writer lock
-READ_OPS = frozenset({"status", "verify", "trials", "diagnose", "profile_list", "profile_show",
-                      "profile_diff", "profile_export", "daemon"})
+READ_OPS = frozenset({"status", "verify", "trials", "trial_stats", "diagnose", "profile_list",
+                      "profile_show", "profile_diff", "profile_export", "daemon"})
 #: an incident seen again within this many seconds (another monitor, the transaction's own
 #: monitors) is the same event
 DEDUP_S = 10.0

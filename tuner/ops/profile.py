@@ -168,13 +168,22 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
             if it["status"] == "drifted":
                 r = pol.check(knobs[it["knob"]], it.get("current"), it["wanted"])
                 it["policy"] = "allowed" if r is None else f"denied: {r.rule}: {r.failed}"
+        from tuner.ops import profile_kernels
+
+        kplan = profile_kernels.check(prof, Path(settings.state_dir))  # digests, before any write
         res: dict[str, Any] = {"profile": prof.name, "path": prof.path, "host": _hw_brief(hw),
                                "match": why, "dry_run": dry_run, "policy": pol.source,
                                "changes": changes, "plan": items, "summary": _summary(items)}
+        if kplan is not None:
+            res["kernels"] = {k: v for k, v in kplan.items() if k != "table"}
         if dry_run or not changes:
             res["result"] = "dry run: nothing written" if dry_run else "nothing to change"
-            return res
-        res.update(_transaction(settings, prof, knobs, changes, pol, probation_s, host))
+        else:
+            res.update(_transaction(settings, prof, knobs, changes, pol, probation_s, host))
+        if kplan is not None and not dry_run:
+            res["kernels"] = profile_kernels.install(prof, settings.ensure_state_dir(), kplan)
+            if not changes:
+                res["result"] = "kernels installed; no knob to change"
         return res
     finally:
         host.close()
@@ -302,10 +311,16 @@ def profile_diff(settings: Any, a: str, b: Optional[str] = None) -> dict[str, An
 
 @operation("profile_export")
 def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool = False,
-                   new_name: Optional[str] = None) -> dict[str, Any]:
+                   new_name: Optional[str] = None, kernels: Optional[str] = None) -> dict[str, Any]:
     """A self-contained YAML profile: a profile with its includes flattened, or (from_host) the
-    values this host has now, with provenance saying where and when they were read."""
+    values this host has now, with provenance saying where and when they were read. `kernels`:
+    a dispatch table (JSON) to carry as the profile's `kernels:`. Every stored source the
+    kernels name is bundled under `kernel_sources:` (tuner.ops.profile_kernels)."""
     import yaml
+
+    from tuner.ops import profile_kernels
+
+    _Dumper = _dumper()
 
     if from_host:
         from tuner.knobs.base import Unsupported
@@ -339,7 +354,34 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
         doc = prof.to_yaml_dict()
         if new_name:
             doc["name"] = new_name
-    return {"yaml": yaml.safe_dump(doc, sort_keys=False, default_flow_style=None), "profile": doc}
+    if kernels:
+        from kernelsearch.table import DispatchTable, TableError
+
+        try:
+            doc["kernels"] = DispatchTable.load(kernels).to_dict()
+        except TableError as e:
+            raise BadInput(f"--kernels: {e}") from None
+        doc.pop("kernel_sources", None)
+        doc = {k: doc[k] for k in doc if k != "provenance"} | {"provenance": doc.get("provenance", {})}
+    doc = profile_kernels.bundle(doc, Path(settings.state_dir))
+    return {"yaml": yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=None),
+            "profile": doc}
+
+
+def _block_str(dumper: Any, s: str) -> Any:
+    """Multi-line strings (bundled kernel sources) as literal blocks: readable, and yaml
+    round-trips them byte for byte, so their digests still verify on the importing host."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
+
+
+def _dumper() -> Any:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(str, _block_str)
+    return Dumper
 
 
 @operation("host")

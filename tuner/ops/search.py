@@ -16,9 +16,16 @@ def search_host(settings: Any, **kw: Any) -> dict[str, Any]:
 
 @operation("search_kernel")
 def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
-    """Kernel search (tuner/search/kernel.py); kw as run_kernel_search (family, budget, ...)."""
+    """Kernel search (tuner/search/kernel.py); kw as run_kernel_search (family, budget, ...).
+    proposer "llm": the loop for kernel sources (tuner/search/sources.py, kw as
+    run_source_search)."""
     from pathlib import Path
 
+    if kw.get("proposer") == "llm":
+        from tuner.search.sources import run_source_search
+
+        kw = {k: v for k, v in kw.items() if k not in ("proposer", "seed", "isolate")}
+        return run_source_search(Path(settings.state_dir), **kw)
     from tuner.search.kernel import run_kernel_search
 
     return run_kernel_search(Path(settings.state_dir), **kw)

@@ -95,21 +95,33 @@ def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = 
 
 
 def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[str] = None,
-                      isolate: bool = True, timeout_s: float = 300.0) -> Evaluate:
+                      isolate: bool = True, timeout_s: float = 300.0,
+                      store: Any = None) -> Evaluate:
     """Each evaluation: the full judge on the variant's source with this config, timed at the
-    bucket's shape (A/B against the torch op included)."""
+    bucket's shape (A/B against the torch op included). A `src:<sha256>` variant is read from
+    `store` (a kernelsearch.store.SourceStore, digest checked) and always judged in a child."""
     from kernelsearch.families import get
     from kernelsearch.harness import check, floor_for
+    from kernelsearch.table import source_digest
 
     fam = get(family)
     dt = dtype or (fam.dtypes[0] if device == "cuda" else (
         "float16" if fam.bound == "compute" or family == "decode_attention" else "float32"))
 
+    def source_of(variant: str) -> str:
+        sha = source_digest(variant)
+        if sha is None:
+            return fam.variants[variant].file.read_text()
+        if store is None:
+            raise BadInput(f"{family} {variant}: a stored source, and no kernel store was given")
+        return store.source(sha)
+
     def evaluate(variant: str, config: dict, incumbent: Optional[tuple[str, dict]] = None) -> dict:
         against = None
         if incumbent is not None:
-            against = (fam.variants[incumbent[0]].file.read_text(), incumbent[1])
-        v = check(family, fam.variants[variant].file, config, device=device, isolate=isolate,
+            against = (source_of(incumbent[0]), incumbent[1])
+        stored = source_digest(variant) is not None
+        v = check(family, source_of(variant), config, device=device, isolate=isolate or stored,
                   timeout_s=timeout_s, dtypes=[dt], shapes=[shape] + fam.tiny_shapes[:1]
                   if device == "cuda" else [shape], timing_shapes=[shape], seeds=1,
                   reps=30 if device == "cuda" else 3, against=against,
@@ -283,7 +295,8 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
 def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: str = "optuna",
                       seed: int = 0, device: Optional[str] = None, shapes: Optional[list] = None,
                       isolate: bool = True, table_out: Optional[Path] = None,
-                      on_trial: Optional[Callable[[Trial], None]] = None) -> dict:
+                      on_trial: Optional[Callable[[Trial], None]] = None,
+                      timeout_s: float = 300.0) -> dict:
     """`metaltune search kernel`: a search per shape bucket, trials stored, dispatch table
     built from the buckets where the kernel beats the torch op (harness A/B). Each bucket
     starts from the previous bucket's winner, with its measurements as the proposer's prior."""
@@ -310,7 +323,7 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
                                           "shapes": [list(s) for s in shapes]})
         start, prior = None, None  # the previous bucket's winner and measurements
         for shape in shapes:
-            ev = harness_evaluator(family, shape, device, isolate=isolate)
+            ev = harness_evaluator(family, shape, device, isolate=isolate, timeout_s=timeout_s)
             r = search_bucket(family, shape, ev, proposer, budget, seed=seed, store=store,
                               run_id=run_id, on_trial=on_trial, start=start, prior=prior)
             r.pop("history")

@@ -44,7 +44,8 @@ def run(
         except ProposalRejected as e:  # the proposer's answer itself was unusable (issue 6)
             candidate, unusable = e.candidate, e
         trial = Trial(run_id=run_id, number=len(result.trials) + 1, candidate=candidate,
-                      verdict="rejected", reason="malformed", started_at=t0)
+                      verdict="rejected", reason="malformed", started_at=t0,
+                      ideas=list(getattr(proposer, "ideas", None) or []))
         if unusable is not None:
             trial.gates = [GateResult(gate="proposal", passed=False, code=unusable.code,
                                       detail=unusable.detail)]

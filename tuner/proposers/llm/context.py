@@ -128,11 +128,41 @@ def history_section(trials: Sequence[Any], limit: int = 30) -> str:
             "| # | candidate | verdict | reason | gain | detail |", "|---|---|---|---|---|---|"]
     for t in list(trials)[-limit:]:
         failed = next((g for g in t.gates if not g.passed), None)
-        detail = (failed.detail if failed else "")[:200].replace("|", "/").replace("\n", " ")
+        # a failure's own detail; otherwise what was measured (a kernel's timings per bucket)
+        detail = (failed.detail if failed else str(t.measurements.get("summary", "")))
+        detail = detail[:300].replace("|", "/").replace("\n", " ")
         gain = f"{t.gain:+.2%}" if t.gain is not None else ""
         rows.append(f"| {t.number} | {_summ(t.candidate)[:300]} | {t.verdict} | {t.reason} | "
                     f"{gain} | {detail} |")
     return "\n".join(rows) + "\n"
+
+
+def failure_key(t: Any) -> str:
+    """A trial's outcome as `reason` or `reason/rule` (the judge's finer rule where one fired)."""
+    rule = (t.measurements.get("judge") or {}).get("rule") if t.verdict == "rejected" else None
+    return f"{t.reason}/{rule}" if rule else t.reason
+
+
+def failures_section(trials: Sequence[Any]) -> str:
+    """Every trial of the run counted by outcome: the model sees which mistakes keep recurring,
+    also beyond the history window."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        if t.verdict != "kept":
+            counts[failure_key(t)] = counts.get(failure_key(t), 0) + 1
+    if not counts:
+        return ""
+    rows = ["## Failures so far, by reason code", "", "| reason | trials |", "|---|---|"]
+    rows += [f"| {k} | {n} |" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return "\n".join(rows) + "\n"
+
+
+def ideas_section(ideas: Sequence[str]) -> str:
+    """Directions from the operator (`--idea`): the search is theirs to steer."""
+    if not ideas:
+        return ""
+    return ("## Direction from the operator (follow it unless the history shows it fails)\n\n"
+            + "\n".join(f"- {i}" for i in ideas) + "\n")
 
 
 def diagnosis_section(diagnosis: Optional[Any]) -> str:
@@ -151,10 +181,14 @@ def system_prompt(gpu_name: Optional[str], models: Sequence[str], policy: str) -
 
 
 def user_message(trials: Sequence[Any], diagnosis: Optional[Any], kinds: Sequence[str],
-                 history_limit: int = 30, note: str = "") -> str:
+                 history_limit: int = 30, note: str = "", ideas: Sequence[str] = (),
+                 task: str = "") -> str:
+    """`task`: what this search asks for beyond the static context (a kernel search's family,
+    reference, incumbent and best source so far); `ideas`: the operator's directions."""
     ask = {"host": "a host/runtime candidate", "kernel": "a kernel candidate"}
     want = " or ".join(ask[k] for k in kinds)
-    parts = [diagnosis_section(diagnosis), history_section(trials, history_limit)]
+    parts = [ideas_section(ideas), task, diagnosis_section(diagnosis),
+             failures_section(trials), history_section(trials, history_limit)]
     if note:
         parts.append(note)
     parts.append(f"Propose {want} now, through one tool call.")

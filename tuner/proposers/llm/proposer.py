@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tuner.errors import BadInput, OperationFailed
 from tuner.proposers.base import Point, ProposalRejected, Proposer, SearchSpace
@@ -63,7 +63,8 @@ class LLMProposer(Proposer):
                  runtime_options: Optional[dict[str, list[Any]]] = None,
                  kernel_families: Optional[dict[str, str]] = None, diagnosis: Any = None,
                  history_limit: int = 30, max_tokens: int = 16000, timeout_s: float = 300.0,
-                 max_retries: int = 2, **_: Any):
+                 max_retries: int = 2, ideas: Sequence[str] = (),
+                 task: Optional[Callable[[], str]] = None, **_: Any):
         super().__init__(space, seed, budget)
         self.model = model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
         bad = [k for k in kinds if k not in ("host", "kernel")]
@@ -83,6 +84,8 @@ class LLMProposer(Proposer):
                                f"{', '.join(ctx.available_models())}")
         self.gpu, self.models, self.policy_text = gpu, tuple(models), policy_text
         self.diagnosis = diagnosis
+        self.ideas = [str(i) for i in ideas]  # the operator's directions (--idea), every prompt
+        self.task = task  # the search's own section of the user message, rebuilt every ask
         self.history_limit = history_limit
         self.max_tokens = max_tokens
         self._client = client
@@ -117,7 +120,8 @@ class LLMProposer(Proposer):
 
     def request(self) -> dict[str, Any]:
         system = self.system()
-        user = ctx.user_message(self.trials, self.diagnosis, self.kinds, self.history_limit)
+        user = ctx.user_message(self.trials, self.diagnosis, self.kinds, self.history_limit,
+                                ideas=self.ideas, task=self.task() if self.task else "")
         self.last_prompt = {"system": system, "user": user}
         return {
             "model": self.model,

@@ -30,7 +30,7 @@ class HostEvaluator:
     seen: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        if not self.incumbent:  # in place: a mixed search shares this dict with its joint space
+        if not self.incumbent:  # in place: a mixed search shares this dict (even when empty)
             self.incumbent.update({n: k.read() for n, k in self.knobs.items()})
 
     # -- gates ---------------------------------------------------------------------------------

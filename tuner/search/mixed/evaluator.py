@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tuner.errors import WorkloadFailed, WorkloadHang
@@ -27,7 +28,7 @@ from tuner.search import gates as G
 from tuner.search import keep
 from tuner.search.ab import AB
 from tuner.search.host.evaluator import HostEvaluator
-from tuner.search.mixed.space import TORCH, JointSpace
+from tuner.search.mixed.space import TORCH, JointSpace, label
 from tuner.search.runtime import RuntimeEvaluator
 from tuner.trial import Candidate, GateResult, KernelChoice, Measurement, Trial
 from tuner.workloads.stats import geomean
@@ -75,6 +76,7 @@ class MixedEvaluator:
     isolate: Optional[bool] = None  # judge in a child process; None: on a GPU and for sources
     judge_timeout_s: float = 300.0
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)  # judged once per choice
+    store_dir: Optional[Path] = None  # kernelsearch store of the slots' src:<sha256> choices
     _table_key: Optional[str] = field(default=None, init=False, repr=False)  # installed table
 
     def __post_init__(self) -> None:
@@ -105,7 +107,12 @@ class MixedEvaluator:
                 return GateResult(gate="known", passed=False, code="out_of_domain",
                                   detail=f"no kernel slot {k.family} {k.shape_bucket}; this "
                                          f"workload calls: {', '.join(x.name for x in self.joint.slots) or 'none'}")
-            if k.variant is not None and (k.variant, k.config) not in get(k.family).space(s.shape):
+            if k.variant is not None and k.variant.startswith("src:"):
+                if label(k.variant, k.config) not in s.choices:
+                    return GateResult(gate="known", passed=False, code="out_of_domain",
+                                      detail=f"{k.family} {k.variant[:16]}... is not a stored "
+                                             f"source of slot {s.bucket}")
+            elif k.variant is not None and (k.variant, k.config) not in get(k.family).space(s.shape):
                 return GateResult(gate="known", passed=False, code="out_of_domain",
                                   detail=f"{k.family} {k.variant} {k.config} is not a valid "
                                          f"config at {s.bucket}")
@@ -141,7 +148,8 @@ class MixedEvaluator:
 
                 assert shape is not None and k.variant is not None
                 ev = harness_evaluator(k.family, shape, self.device, dtype=dtype,
-                                       isolate=iso, timeout_s=self.judge_timeout_s)
+                                       isolate=iso, timeout_s=self.judge_timeout_s,
+                                       store=self._store())
                 self.verdicts[key] = ev(k.variant, k.config)
             else:  # written by a proposer: always in a child process, judged as
                 # `metaltune kernel check` judges it (boundary shapes, the sweep timed on a GPU)
@@ -177,14 +185,23 @@ class MixedEvaluator:
             if not ok:
                 trial.reason = r["code"]
                 return None
-            if k.source:  # accepted, but a dispatch table names only shipped variants
+            if k.source:  # accepted, but not for any slot: slots take stored sources
                 trial.reason = "not_installable"
                 trial.gates.append(GateResult(gate="install", passed=False, code="not_installable",
-                                              detail=f"{name}: passed the judge; a dispatch table "
-                                                     "can name only kernelsearch's shipped variants"))
+                                              detail=f"{name}: passed the judge; a mixed search's "
+                                                     "slots take shipped variants and stored "
+                                                     "sources (search kernel --proposer llm "
+                                                     "stores them)"))
                 return None
             judged.append(r)
         return judged
+
+    def _store(self) -> Any:
+        if self.store_dir is None:
+            return None
+        from kernelsearch.store import SourceStore
+
+        return SourceStore(self.store_dir)
 
     # -- measurement -----------------------------------------------------------------------------
     def _use(self, table: Any) -> None:
@@ -192,7 +209,7 @@ class MixedEvaluator:
 
         key = json.dumps(table.to_dict(), sort_keys=True, default=str)
         if key != self._table_key:
-            dispatch.install(table)
+            dispatch.install(table, store=self.store_dir)
             dispatch_changed(self.workload)
             self._table_key = key
 

@@ -123,7 +123,11 @@ def run_mixed_search(
         if why:
             notes.append(f"no kernel slots: {why}")
         else:
-            slots = kernel_slots(trace_kernel_calls(llama), fams, max_choices, start_table)
+            from tuner.search.sources import store_in
+            from tuner.search.mixed.space import stored_sources
+
+            slots = kernel_slots(trace_kernel_calls(llama), fams, max_choices, start_table,
+                                 sources=stored_sources(store_in(settings.state_dir)))
             missing = sorted(set(fams or []) - {s.family for s in slots})
             if missing:
                 raise BadInput(f"--family {missing[0]}: this workload makes no {missing[0]} call "
@@ -151,7 +155,7 @@ def run_mixed_search(
 def build_evaluator(knobs: dict[str, Any], workload: Any, guard: Any,
                     runtime_dims: dict[str, list[Any]], slots: list[Any], start_table: Any = None,
                     *, rounds: int = 3, repeats: int = 3, timeout_s: float = 600.0,
-                    isolate: Optional[bool] = None) -> Any:
+                    isolate: Optional[bool] = None, store_dir: Optional[Path] = None) -> Any:
     """The MixedEvaluator over the joint space (its `.joint`), the host's current values, the
     workload's runtime and the start table's choices as the incumbent."""
     from tuner.search.host.evaluator import HostEvaluator
@@ -175,7 +179,8 @@ def build_evaluator(knobs: dict[str, Any], workload: Any, guard: Any,
         rt_ev.micro = lambda c: first_step_gain(workload, dict(inc.runtime),
                                                 {**inc.runtime, **c.runtime})
     device = llama.model.device.type if llama is not None else "cpu"
-    return MixedEvaluator(host_ev, rt_ev, joint, device=device, isolate=isolate)
+    return MixedEvaluator(host_ev, rt_ev, joint, device=device, isolate=isolate,
+                          store_dir=store_dir)
 
 
 def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
@@ -188,14 +193,18 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     from tuner.search import loop
     from tuner.search.store import TrialStore
 
+    from tuner.search.sources import sources_dir
+
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
-                         repeats=repeats, timeout_s=timeout_s, isolate=isolate)
+                         repeats=repeats, timeout_s=timeout_s, isolate=isolate,
+                         store_dir=sources_dir(guard.state_dir))
     joint, inc = ev.joint, ev.joint.incumbent
     start_host, start_rt = dict(inc.host), dict(inc.runtime)
     space, kw = joint.space, {}
     if proposer == "llm":
-        # host knobs and runtime through its schema (the prompt lists only host dims); the
-        # kernels it writes are sources, which a dispatch table cannot name: not offered here
+        # host knobs and runtime through its schema (the prompt lists only host dims); sources
+        # it would write go through `search kernel --proposer llm`, whose stored winners are
+        # slot choices here
         space = SearchSpace(list(joint.host_dims), joint.to_candidate, joint.from_candidate)
         kw = {**host_context(host, guard.policy), "kinds": ("host",), "runtime_options": runtime_dims}
     elif proposer == "coordinate":

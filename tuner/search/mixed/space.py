@@ -132,10 +132,12 @@ def trace_kernel_calls(llama: Any) -> dict[tuple[str, str, tuple[int, ...]], int
 
 
 def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Optional[list[str]],
-                 max_choices: int = 6, start_table: Any = None) -> list[Slot]:
+                 max_choices: int = 6, start_table: Any = None,
+                 sources: Optional[dict[str, list[tuple[str, dict[str, Any]]]]] = None) -> list[Slot]:
     """Slots for the traced calls of `families` (all when None) in a dtype the family takes
     (on the CPU: Triton's interpreter runs them). Choices: "torch", the start table's choice,
-    then evenly spaced valid configs of the family's space at that shape."""
+    the family's stored sources (`sources`: family -> [("src:<sha256>", config)], see
+    `stored_sources`), then evenly spaced valid configs of the family's space at that shape."""
     from kernelsearch.families import get
     from tuner.proposers.classic import spread
 
@@ -152,9 +154,21 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
         slot = Slot(family, dtype, tuple(shape), ())
         start = slot.covered_by(start_table)
         picks = [TORCH] + ([start] if start != TORCH else [])
+        picks += [x for x in (label(v, c) for v, c in (sources or {}).get(family, []))
+                  if x not in picks][:max(0, max_choices - len(picks) - 1)]
         rest = [c for c in configs if c not in picks]
         picks += spread(rest, max(0, max_choices - len(picks)))
         out.append(Slot(family, dtype, tuple(shape), tuple(picks)))
+    return out
+
+
+def stored_sources(store: Any) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Every source in a kernelsearch store the judge accepted, by family, newest first, as
+    slot choices ("src:<sha256>", its config): each is judged again at the slot's shape."""
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for r in reversed(store.list()):
+        if r.verdict.get("verdict") == "accepted":
+            out.setdefault(r.family, []).append((f"src:{r.sha256}", dict(r.config)))
     return out
 
 
