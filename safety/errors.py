@@ -22,6 +22,12 @@ class PolicyError(InputError):
     exit_code = 2
 
 
+class OutOfBounds(SafetyError):
+    """A number outside what the safety layer accepts (NaN, infinity, beyond its range)."""
+
+    exit_code = 2
+
+
 class PolicyDenied(SafetyError):
     """The allowed-change list refuses a change; nothing was written. `refusals` lists each one."""
 

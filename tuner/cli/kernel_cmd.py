@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from tuner.cli.common import settings
+from tuner.cli.numbers import finite
 from tuner.errors import BadInput
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families.",
@@ -58,7 +59,7 @@ def check_cmd(
     device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="Dtypes to check; repeatable."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="Extra shape to check, e.g. 4096x8192; repeatable."),
-    timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before the candidate process is killed."),
+    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before the candidate process is killed."),
     mem_limit_mb: int = typer.Option(6144, "--mem-limit-mb", help="Resident memory limit of the candidate process."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Stop after correctness."),
     as_json: bool = typer.Option(False, "--json"),
