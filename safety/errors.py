@@ -28,6 +28,11 @@ class OutOfBounds(SafetyError):
     exit_code = 2
 
 
+class JournalDamaged(SafetyError):
+    """The journal is not the one metaltune wrote (missing, emptied, cut short, replaced) while
+    its anchor says changes were recorded: nothing is recorded over an unknown state."""
+
+
 class PolicyDenied(SafetyError):
     """The allowed-change list refuses a change; nothing was written. `refusals` lists each one."""
 

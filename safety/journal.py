@@ -22,9 +22,13 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
+import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from safety import anchor
+from safety.errors import JournalDamaged
 from safety.incident import Incident
 
 # every SQLite call of this process, in any thread and any Journal, holds this lock; fork() takes
@@ -72,6 +76,8 @@ CREATE TABLE IF NOT EXISTS quarantine (
 """
 
 OPEN_TXN_STATES = ("intent", "probation", "rolling_back")
+WHAT_TO_DO = ("run `metaltune recover --from-defaults` to restore each knob's driver default, or "
+              "`metaltune baseline --accept-current` to accept the values in force now as the baseline")
 
 
 def _dump(v: Any) -> str:
@@ -86,16 +92,101 @@ class Journal:
     """One SQLite file (default `<state_dir>/journal.db`). Safe to open from several processes
     (the caller, its watchdog, `metaltune status`); one connection per thread."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False,
+                 verify: bool = True):
+        """`readonly`: open without writing anything (a read command on a read-only state dir);
+        the journal must exist (see `open_readonly`). `verify`: compare the journal with its
+        anchor and refuse a damaged one (JournalDamaged); the watchdog skips it, since it only
+        ever finishes a transaction it was started for."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.anchor_path = anchor.path_for(self.path)
+        self.readonly = readonly
         self._local = threading.local()
+        mark = anchor.read(self.anchor_path) if verify else None
+        size = self.path.stat().st_size if self.path.exists() else None
+        if not size:
+            if mark is not None and mark["last_txn"] > 0:
+                raise JournalDamaged(damage_message(
+                    self.path, "is missing" if size is None else "is empty (0 bytes)", mark))
+            if readonly:
+                raise FileNotFoundError(f"{self.path}: no journal yet")
+        found = self._inspect() if size and verify else None
+        if found is not None:
+            self._compare(found, mark)
+        if readonly:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.path.exists():  # root-only: the journal names devices and settings
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         with _IO:
             self._conn().executescript(_SCHEMA)  # idempotent; commits on its own
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            # the epoch: which journal this is; the anchor beside it names the same one
+            c.execute("INSERT OR IGNORE INTO meta VALUES ('journal_id', ?)", (uuid.uuid4().hex,))
+            c.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (repr(time.time()),))
+        if verify and (mark is None or found is None or found[0] is None or found[1] > mark["last_txn"]):
+            self._sync_anchor()  # new journal, a journal from before anchors, or an anchor behind
+
+    def _inspect(self) -> tuple[Optional[str], int]:
+        """(journal id, last transaction id) of an existing file, read without writing;
+        JournalDamaged when SQLite cannot read it whole."""
+        try:
+            with _IO:
+                c = self._conn()
+                check = [r[0] for r in c.execute("PRAGMA quick_check").fetchall()]
+                if check != ["ok"]:
+                    raise JournalDamaged(damage_message(
+                        self.path, f"fails SQLite's integrity check ({check[0]})",
+                        anchor.read(self.anchor_path)))
+                tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if not {"meta", "txns"} <= tables:
+                    return None, 0
+                r = c.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()
+                last = c.execute("SELECT COALESCE(MAX(id), 0) FROM txns").fetchone()[0]
+                return (r[0] if r else None), int(last)
+        except sqlite3.DatabaseError as e:
+            self.close()
+            raise JournalDamaged(damage_message(self.path, f"is not a readable SQLite database ({e})",
+                                                _quiet_read(self.anchor_path))) from None
+
+    def _compare(self, found: tuple[Optional[str], int], mark: Optional[dict[str, Any]]) -> None:
+        jid, last = found
+        if mark is None:
+            return  # no anchor yet (a new state dir, or a journal from before anchors): rebuilt
+        if jid != mark["journal_id"]:
+            what = ("has no journal id" if jid is None else f"has journal id {jid}") + \
+                f", not {mark['journal_id']}: it is not the journal metaltune wrote here"
+            self.close()
+            raise JournalDamaged(damage_message(self.path, what, mark))
+        if last < mark["last_txn"]:
+            self.close()
+            raise JournalDamaged(damage_message(
+                self.path, f"ends at transaction {last} but its anchor records transaction "
+                f"{mark['last_txn']}: an older copy, or cut short", mark))
+
+    def _sync_anchor(self) -> None:
+        """Write what the journal now holds into the anchor: its id, last transaction, the
+        baseline and every knob whose latest change not rolled back differs from it."""
+        if self.readonly:
+            return
+        with _IO, anchor.locked(self.path.parent):  # _IO first: fork() never copies the flock
+            c = self._conn()
+            jid = c.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()[0]
+            last = c.execute("SELECT COALESCE(MAX(id), 0) FROM txns").fetchone()[0]
+            base = {(r[0], r[1]): (r[2], r[3]) for r in
+                    c.execute("SELECT knob, identity, value, effect FROM baseline").fetchall()}
+            # SQLite: the bare columns come from the row holding MAX(id)
+            latest = c.execute("SELECT knob, identity, after, state, txn_id, MAX(id) FROM changes"
+                               " WHERE state != 'rolled_back' GROUP BY knob, identity").fetchall()
+        in_force = [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "state": r[3], "txn": r[4],
+                     "baseline": _load(base[(r[0], r[1])][0]) if (r[0], r[1]) in base else None}
+                    for r in latest if base.get((r[0], r[1]), (None,))[0] != r[2]]
+        anchor.write(self.anchor_path, {
+            "journal_id": jid, "journal": self.path.name, "last_txn": int(last), "updated": time.time(),
+            "baseline": [{"knob": k, "identity": i, "value": _load(v), "effect": e}
+                         for (k, i), (v, e) in sorted(base.items())],
+            "in_force": in_force})
 
     @classmethod
     def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> "Journal":
@@ -106,9 +197,13 @@ class Journal:
         c = getattr(self._local, "conn", None)
         if c is None or getattr(self._local, "pid", None) != os.getpid():
             # never reuse a connection across fork: open a fresh one in the child
-            c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            c.execute("PRAGMA journal_mode=TRUNCATE")  # not WAL: see the module docstring
-            c.execute("PRAGMA synchronous=FULL")
+            if self.readonly:  # opening must not write: not even the journal-mode pragma
+                uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro"
+                c = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+            else:
+                c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+                c.execute("PRAGMA journal_mode=TRUNCATE")  # not WAL: see the module docstring
+                c.execute("PRAGMA synchronous=FULL")
             c.execute("PRAGMA foreign_keys=ON")
             c.row_factory = sqlite3.Row
             self._local.conn, self._local.pid = c, os.getpid()
@@ -134,7 +229,17 @@ class Journal:
 
         def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
             try:
-                self.c.execute("COMMIT" if et is None else "ROLLBACK")
+                if et is None:
+                    try:
+                        self.c.execute("COMMIT")
+                    except sqlite3.Error:
+                        if self.c.in_transaction:
+                            self.c.execute("ROLLBACK")
+                        raise
+                elif self.c.in_transaction:
+                    # after SQLITE_FULL / an I/O error SQLite has already rolled back: a second
+                    # ROLLBACK would replace the real reason with "no transaction is active"
+                    self.c.execute("ROLLBACK")
             finally:
                 self.lock.release()
 
@@ -184,6 +289,7 @@ class Journal:
                     " created) VALUES (?,?,?,?,?,?,?,'intent',?)",
                     (txn_id, i, ch["knob"], ch["identity"], ch["effect"], _dump(ch["before"]),
                      _dump(ch["after"]), now))
+        self._sync_anchor()  # before any knob is written: the anchor knows this change
         return txn_id
 
     def set_watchdog(self, txn_id: int, pid: int) -> None:
@@ -211,6 +317,8 @@ class Journal:
             if n:
                 c.execute("UPDATE changes SET state='confirmed', resolved_at=? WHERE txn_id=?",
                           (now, txn_id))
+        if n:
+            self._sync_anchor()
         return n == 1
 
     def claim_rollback(self, txn_id: int, reason: str, *, steal: bool = False) -> bool:
@@ -235,6 +343,22 @@ class Journal:
         with self._tx() as c:
             c.execute("UPDATE txns SET state=?, reason=COALESCE(?, reason), updated=? WHERE id=?",
                       ("rolled_back" if ok else "rollback_failed", reason, time.time(), txn_id))
+        self._sync_anchor()
+
+    def accept_baseline(self, rows: list[dict[str, Any]], label: str) -> int:
+        """Replace the baseline of these knobs (knob, identity, value, effect) by an explicit
+        decision of the operator, journalled as a confirmed transaction without changes."""
+        now = time.time()
+        with self._tx() as c:
+            for b in rows:
+                c.execute("INSERT OR REPLACE INTO baseline VALUES (?,?,?,?,?)",
+                          (b["knob"], b["identity"], _dump(b["value"]), b["effect"], now))
+            txn_id = int(c.execute(
+                "INSERT INTO txns (label, candidate_key, state, created, deadline, probation_s, pid,"
+                " reason, updated) VALUES (?,NULL,'confirmed',?,?,0,?,?,?)",
+                (label, now, now, os.getpid(), label, now)).lastrowid)
+        self._sync_anchor()
+        return txn_id
 
     def add_incident(self, inc: Incident) -> int:
         with self._tx() as c:
@@ -325,3 +449,36 @@ class Journal:
             "SELECT after FROM changes WHERE knob=? AND identity=? AND state='confirmed'"
             " ORDER BY id DESC LIMIT 1", (knob, identity))
         return (True, _load(r[0])) if r else (False, None)
+
+
+def damage_message(path: Path, what: str, mark: Optional[dict[str, Any]]) -> str:
+    """One line: what is wrong with the journal, what its anchor says was in force, what to do."""
+    if mark is None:
+        said = "its anchor is gone too, so what is in force is unknown"
+    elif mark.get("in_force"):
+        ch = "; ".join(f"{f['knob']} = {json.dumps(f['value'])} (baseline "
+                       f"{json.dumps(f['baseline'])}, transaction {f['txn']} {f['state']})"
+                       for f in mark["in_force"][:4])
+        more = f" and {len(mark['in_force']) - 4} more" if len(mark["in_force"]) > 4 else ""
+        said = f"its anchor records changes in force: {ch}{more}"
+    else:
+        said = (f"its anchor records {mark['last_txn']} transaction(s), none left in force, and "
+                f"the baseline of {len(mark.get('baseline') or [])} knob(s)")
+    return (f"journal {path} {what}; {said}. Nothing is recorded over an unknown state: "
+            f"{WHAT_TO_DO}")
+
+
+def _quiet_read(path: Path) -> Optional[dict[str, Any]]:
+    try:
+        return anchor.read(path)
+    except JournalDamaged:
+        return None
+
+
+def open_readonly(path: str | os.PathLike[str]) -> Optional[Journal]:
+    """The journal for a read, opened without writing (a read-only or full state dir works);
+    None when there is none yet, JournalDamaged when one should be there."""
+    try:
+        return Journal(path, readonly=True)
+    except FileNotFoundError:
+        return None

@@ -216,7 +216,7 @@ class Transaction:
             return
         if self.watchdog_mode == "thread":
             self._wd_stop = threading.Event()
-            j = Journal(self.journal.path)
+            j = Journal(self.journal.path, verify=False)
             self._wd_thread = threading.Thread(
                 target=wd.watch, args=(j, self.id, self.knobs),
                 kwargs={"pipe_fd": None, "caller_pid": None, "stop": self._wd_stop},
