@@ -69,13 +69,15 @@ CREATE INDEX IF NOT EXISTS changes_txn ON changes (txn_id);
 CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, type TEXT NOT NULL,
     severity TEXT NOT NULL, xid INTEGER, gpu TEXT, source TEXT, detail TEXT NOT NULL,
-    data TEXT, txn_id INTEGER, knob TEXT);
+    data TEXT, txn_id INTEGER, knob TEXT, action TEXT);
 CREATE TABLE IF NOT EXISTS quarantine (
     key TEXT PRIMARY KEY, reason TEXT NOT NULL, incident_id INTEGER, txn_id INTEGER,
     time REAL NOT NULL);
 """
 
 OPEN_TXN_STATES = ("intent", "probation", "rolling_back")
+#: an incident's action while its rollback waits for the writer (retried until done)
+ROLLBACK_PENDING = "rollback pending"
 WHAT_TO_DO = ("run `metaltune recover --from-defaults` to restore each knob's driver default, or "
               "`metaltune baseline --accept-current` to accept the values in force now as the baseline")
 
@@ -119,7 +121,10 @@ class Journal:
         if not self.path.exists():  # root-only: the journal names devices and settings
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
         with _IO:
-            self._conn().executescript(_SCHEMA)  # idempotent; commits on its own
+            c = self._conn()
+            c.executescript(_SCHEMA)  # idempotent; commits on its own
+            if "action" not in {r[1] for r in c.execute("PRAGMA table_info(incidents)")}:
+                c.execute("ALTER TABLE incidents ADD COLUMN action TEXT")  # journals before it
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             # the epoch: which journal this is; the anchor beside it names the same one
@@ -174,18 +179,13 @@ class Journal:
             c = self._conn()
             jid = c.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()[0]
             last = c.execute("SELECT COALESCE(MAX(id), 0) FROM txns").fetchone()[0]
-            base = {(r[0], r[1]): (r[2], r[3]) for r in
-                    c.execute("SELECT knob, identity, value, effect FROM baseline").fetchall()}
-            # SQLite: the bare columns come from the row holding MAX(id)
-            latest = c.execute("SELECT knob, identity, after, state, txn_id, MAX(id) FROM changes"
-                               " WHERE state != 'rolled_back' GROUP BY knob, identity").fetchall()
-        in_force = [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "state": r[3], "txn": r[4],
-                     "baseline": _load(base[(r[0], r[1])][0]) if (r[0], r[1]) in base else None}
-                    for r in latest if base.get((r[0], r[1]), (None,))[0] != r[2]]
+            base = c.execute("SELECT knob, identity, value, effect FROM baseline ORDER BY knob,"
+                             " identity").fetchall()
+            in_force = self.in_force()
         anchor.write(self.anchor_path, {
             "journal_id": jid, "journal": self.path.name, "last_txn": int(last), "updated": time.time(),
-            "baseline": [{"knob": k, "identity": i, "value": _load(v), "effect": e}
-                         for (k, i), (v, e) in sorted(base.items())],
+            "baseline": [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "effect": r[3]}
+                         for r in base],
             "in_force": in_force})
 
     @classmethod
@@ -443,6 +443,32 @@ class Journal:
 
     def quarantined(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self._all("SELECT * FROM quarantine ORDER BY time")]
+
+    def in_force(self) -> list[dict[str, Any]]:
+        """Knobs whose value may differ from their baseline: the latest change of each that was
+        not rolled back, where its value is not the baseline's (knob, identity, value, baseline,
+        state, txn)."""
+        with _IO:
+            c = self._conn()
+            base = {(r[0], r[1]): r[2] for r in
+                    c.execute("SELECT knob, identity, value FROM baseline").fetchall()}
+            # SQLite: the bare columns come from the row holding MAX(id)
+            latest = c.execute("SELECT knob, identity, after, state, txn_id, MAX(id) FROM changes"
+                               " WHERE state != 'rolled_back' GROUP BY knob, identity"
+                               " ORDER BY knob").fetchall()
+        return [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "state": r[3], "txn": r[4],
+                 "baseline": _load(base.get((r[0], r[1])))}
+                for r in latest if base.get((r[0], r[1])) != r[2]]
+
+    def set_incident_action(self, incident_id: int, action: str) -> None:
+        """What was done about an incident (or why nothing): `ROLLBACK_PENDING` until done."""
+        with self._tx() as c:
+            c.execute("UPDATE incidents SET action=? WHERE id=?", (action, incident_id))
+
+    def pending_rollbacks(self) -> list[dict[str, Any]]:
+        """Fatal incidents whose rollback is still to be done (oldest first)."""
+        rows = self._all("SELECT * FROM incidents WHERE action=? ORDER BY id", (ROLLBACK_PENDING,))
+        return [{**dict(r), "data": _load(r["data"])} for r in rows]
 
     def last_confirmed_value(self, knob: str, identity: str) -> tuple[bool, Any]:
         r = self._one(
