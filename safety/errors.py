@@ -33,6 +33,11 @@ class JournalDamaged(SafetyError):
     its anchor says changes were recorded: nothing is recorded over an unknown state."""
 
 
+class StateUnwritable(SafetyError):
+    """The state dir cannot take a write (read-only file system, no space left): the OS's
+    reason; nothing was changed on the host."""
+
+
 class PolicyDenied(SafetyError):
     """The allowed-change list refuses a change; nothing was written. `refusals` lists each one."""
 

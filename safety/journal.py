@@ -17,6 +17,7 @@ shared memory, and every SQLite call in this process runs under one lock that fo
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from safety import anchor
-from safety.errors import JournalDamaged
+from safety.errors import JournalDamaged, StateUnwritable
 from safety.incident import Incident
 
 # every SQLite call of this process, in any thread and any Journal, holds this lock; fork() takes
@@ -117,6 +118,11 @@ class Journal:
             self._compare(found, mark)
         if readonly:
             return
+        with unwritable(self.path):
+            self._create(mark, found, verify)
+
+    def _create(self, mark: Optional[dict[str, Any]], found: Optional[tuple[Optional[str], int]],
+                verify: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.path.exists():  # root-only: the journal names devices and settings
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
@@ -182,11 +188,12 @@ class Journal:
             base = c.execute("SELECT knob, identity, value, effect FROM baseline ORDER BY knob,"
                              " identity").fetchall()
             in_force = self.in_force()
-        anchor.write(self.anchor_path, {
-            "journal_id": jid, "journal": self.path.name, "last_txn": int(last), "updated": time.time(),
-            "baseline": [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "effect": r[3]}
-                         for r in base],
-            "in_force": in_force})
+        with unwritable(self.anchor_path):
+            anchor.write(self.anchor_path, {
+                "journal_id": jid, "journal": self.path.name, "last_txn": int(last),
+                "updated": time.time(), "in_force": in_force,
+                "baseline": [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "effect": r[3]}
+                             for r in base]})
 
     @classmethod
     def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> "Journal":
@@ -198,8 +205,7 @@ class Journal:
         if c is None or getattr(self._local, "pid", None) != os.getpid():
             # never reuse a connection across fork: open a fresh one in the child
             if self.readonly:  # opening must not write: not even the journal-mode pragma
-                uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro"
-                c = sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+                c = connect_readonly(self.path)
             else:
                 c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
                 c.execute("PRAGMA journal_mode=TRUNCATE")  # not WAL: see the module docstring
@@ -222,8 +228,10 @@ class Journal:
             try:
                 self.c = self.journal._conn()
                 self.c.execute("BEGIN IMMEDIATE")
-            except BaseException:
+            except BaseException as e:
                 self.lock.release()
+                if isinstance(e, sqlite3.OperationalError):
+                    raise _unwritable(self.journal.path, e) from None
                 raise
             return self.c
 
@@ -232,16 +240,18 @@ class Journal:
                 if et is None:
                     try:
                         self.c.execute("COMMIT")
-                    except sqlite3.Error:
+                    except sqlite3.Error as e:
                         if self.c.in_transaction:
                             self.c.execute("ROLLBACK")
-                        raise
+                        raise _unwritable(self.journal.path, e) from None
                 elif self.c.in_transaction:
                     # after SQLITE_FULL / an I/O error SQLite has already rolled back: a second
                     # ROLLBACK would replace the real reason with "no transaction is active"
                     self.c.execute("ROLLBACK")
             finally:
                 self.lock.release()
+            if isinstance(ev, sqlite3.OperationalError):
+                raise _unwritable(self.journal.path, ev) from None
 
     def _tx(self) -> "Journal._Tx":
         return Journal._Tx(self)
@@ -508,3 +518,50 @@ def open_readonly(path: str | os.PathLike[str]) -> Optional[Journal]:
         return Journal(path, readonly=True)
     except FileNotFoundError:
         return None
+
+
+def connect_readonly(path: str | os.PathLike[str], immutable: bool = False) -> sqlite3.Connection:
+    """A connection that never writes, not even SQLite's own files where it can help it: on a
+    read-only file system nobody can be writing, so the file is opened as immutable (a WAL
+    database would otherwise need its -shm file created)."""
+    p = Path(path).absolute()
+    immutable = immutable or bool(os.statvfs(p.parent).f_flag & os.ST_RDONLY)
+    uri = f"file:{urllib.parse.quote(str(p))}?mode=ro" + ("&immutable=1" if immutable else "")
+    return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
+
+
+def _os_reason(path: Path, e: BaseException) -> str:
+    """The operating system's words for why a write failed. SQLite says "database or disk is
+    full" or "attempt to write a readonly database"; the file system says which."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        st = None
+    code = getattr(e, "sqlite_errorname", "") or ""
+    if st is not None and st.f_flag & os.ST_RDONLY:
+        return os.strerror(errno.EROFS)
+    if code.startswith("SQLITE_FULL") or (st is not None and st.f_bavail == 0):
+        return os.strerror(errno.ENOSPC)
+    if code.startswith("SQLITE_READONLY"):
+        return os.strerror(errno.EACCES)
+    return f"{os.strerror(errno.EIO)} ({e})" if code.startswith("SQLITE_IOERR") else str(e)
+
+
+def _unwritable(path: Path, e: BaseException) -> StateUnwritable:
+    return StateUnwritable(f"{path}: cannot write: {_os_reason(path, e)}")
+
+
+class unwritable:
+    """Turn a failed write of a state file (OSError, SQLite's error) into StateUnwritable."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if isinstance(ev, (OSError, sqlite3.OperationalError)) and not isinstance(ev, FileNotFoundError):
+            raise _unwritable(getattr(ev, "filename", None) and Path(ev.filename) or self.path, ev) from None

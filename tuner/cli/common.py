@@ -26,4 +26,11 @@ def invoke(settings: Settings, name: str, **kwargs: Any) -> dict[str, Any]:
         res = try_call(name, kwargs)
         if res is not None:
             return res
-    return ops.get(name)(settings, **kwargs)
+    try:
+        return ops.get(name)(settings, **kwargs)
+    except OSError as e:
+        # a state dir that is read-only or full, a file that vanished: the OS's reason, one line
+        from tuner.errors import OperationFailed
+
+        where = f"{e.filename}: " if e.filename else ""
+        raise OperationFailed(f"{name}: {where}{e.strerror or e}") from None
