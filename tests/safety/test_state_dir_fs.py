@@ -73,7 +73,7 @@ def tuned(tmp_path, tmpfs_state):
     for watts in (600, 650):
         (tmp_path / f"p{watts}.yaml").write_text(f"name: p{watts}\nknobs:\n  gpu0.power_limit_w: {watts}\n")
     ok(cli(tmp_path, sim, "apply", str(tmp_path / "p600.yaml"), "--probation", "0.2"))
-    from tuner.store import TrialStore
+    from tuner.search.store import TrialStore
 
     with TrialStore.in_state_dir(tmpfs_state) as store:
         store.new_run("host", {"why": "a run the trials command lists"})
