@@ -197,3 +197,41 @@ def test_a_queued_rollback_survives_a_restart(tmp_path, sim_host, daemon_in_proc
     t.join()
     assert [(i["action"] or "")[:22] for i in incidents(tmp_path / "state") if i["xid"] == 79] == \
         ["rolled back to baselin"]
+
+
+def test_an_incident_the_full_journal_cannot_take_is_kept_and_handled_once_it_can(
+        tmp_path, sim_host, daemon_in_process):
+    """A full state dir (a real tmpfs, filled): the fatal Xid cannot be journalled, so nothing
+    may be written either (intent before write); the daemon keeps the incident and handles it
+    when the journal takes writes again, instead of dropping what its monitor reported once."""
+    import subprocess
+
+    from tuner.sim.inject import inject
+
+    state = tmp_path / "state"
+    state.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(state)],
+                      capture_output=True).returncode:
+        pytest.skip("needs mount (a tmpfs of a given size)")
+    try:
+        d = daemon_in_process()
+        d._call("apply", profile=str(write_profile(tmp_path / "a.yaml", 600)), probation_s=0.2)
+        d._health_tick()
+        with open(state / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 16))
+                    f.flush()
+            except OSError:
+                pass
+        inject(sim_host, "xid", ["79"])
+        d._health_tick()
+        d._health_tick()
+        assert d._unrecorded and power_limit_w(sim_host) == 600  # kept; nothing written unjournalled
+        os.unlink(state / "filler")
+        d._health_tick()
+        assert power_limit_w(sim_host) == 700 and not d._unrecorded
+        xid = [i for i in incidents(state) if i["xid"] == 79]
+        assert len(xid) == 1 and (xid[0]["action"] or "").startswith("rolled back to baseline"), xid
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)

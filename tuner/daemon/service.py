@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tuner import ops
-from tuner.daemon import health, logs, schedule, searches
+from tuner.daemon import check, health, logs, schedule, searches
 from tuner.daemon.client import NO_DAEMON_ENV
 from tuner.daemon.config import DaemonConfig, load
 from tuner.daemon.mirror import JournalMirror
@@ -72,6 +72,7 @@ class Daemon:
         #: fatal incidents whose rollback is still to run: incident id -> {reason, txn}; also in
         #: the journal (incidents.action), so a restart picks them up again
         self._pending_rollbacks: dict[int, dict[str, Any]] = {}
+        self._unrecorded: list[Any] = []  # incidents seen but not journalled yet (retried)
         self._inflight = 0  # write requests being served (answered before we exit)
         self._inflight_cv = threading.Condition()
 
@@ -348,27 +349,45 @@ class Daemon:
                     self._monitor_errors[key] = time.monotonic()
                     logs.log("monitor.error", level="error", monitor=key, error=f"{type(e).__name__}: {e}")
                 continue
-            for inc in new:
-                self._on_incident(inc)
+            self._unrecorded.extend(new)
+        self._record_incidents()
         self.mirror.tail()
         self._reap_search()
         self._retry_rollbacks()
         self._status(None)
 
     # -- incidents ----------------------------------------------------------------------------
+    def _record_incidents(self) -> None:
+        """Handle the incidents seen; one the journal cannot take yet (a full state dir) is
+        kept and tried again next tick: a monitor reports an event only once."""
+        while self._unrecorded:
+            inc = self._unrecorded[0]
+            try:
+                self._on_incident(inc)
+            except Exception as e:
+                if time.monotonic() - self._monitor_errors.get("journal", -1e9) > 60:
+                    self._monitor_errors["journal"] = time.monotonic()
+                    logs.log("incident.unrecorded", level="error", incident=str(inc),
+                             error=f"{type(e).__name__}: {e}", retry="next health tick")
+                return
+            self._unrecorded.pop(0)
+
     def _on_incident(self, inc: Any) -> None:
         """An incident from our own monitors: journal it (once per change it belongs to),
         attribute it to the change in force, and for a fatal one queue the rollback. Logging
         and metrics come from the journal tail."""
         journal = self.journal()
-        target, handled = self._attribute(journal, inc)
-        if self._duplicate(journal, inc, target):
-            return
-        if target is not None:
-            inc.txn_id = target["id"]
-            inc.knob = inc.knob or ",".join(c["knob"] for c in journal.changes(target["id"]))
-        journal.add_incident(inc)
-        self.mirror.tail()  # log + count it now, before the rollback lines
+        if inc.id is None:
+            target, handled = self._attribute(journal, inc)
+            if self._duplicate(journal, inc, target):
+                return
+            if target is not None:
+                inc.txn_id = target["id"]
+                inc.knob = inc.knob or ",".join(c["knob"] for c in journal.changes(target["id"]))
+            inc.attributed = (target, handled)  # a retry after a failed write goes on from here
+            journal.add_incident(inc)
+            self.mirror.tail()  # log + count it now, before the rollback lines
+        target, handled = inc.attributed
         if not inc.fatal:
             return
         if target is None:
@@ -698,6 +717,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = load(self.cfg_path)
+            check.references(new, self.cfg_path)
         except BadInput as e:
             logs.log("config.reload_failed", level="error", error=str(e), note="keeping the running config")
             self.notifier.send({"READY": 1, "STATUS": f"reload failed: {e}"})
