@@ -7,7 +7,7 @@ by an older copy or by another host's journal opens as an empty or a different, 
 "nothing to recover", and the next apply would record the tuned value in force as the new
 baseline. The anchor holds the journal's id (a random epoch written into the journal's `meta`
 table when it is created), the last transaction id, the baseline and the knobs whose value may
-differ from it; `safety.integrity` compares the two on every open.
+differ from it; `Journal` compares the two on every open.
 
 Written after the journal's commit (so it is never ahead of it) and before the knob is touched,
 whole (temp file, fsync, rename, fsync of the folder) under an flock on the state folder, so
@@ -50,6 +50,14 @@ def read(path: Path) -> Optional[dict[str, Any]]:
         raise JournalDamaged(f"{path}: the journal's anchor is damaged ({e}); if the journal "
                              f"itself is intact, remove {path.name} and it is rebuilt from the journal") from None
     return data
+
+
+def read_quiet(path: Path) -> Optional[dict[str, Any]]:
+    """The anchor, or None when it is missing or unreadable."""
+    try:
+        return read(path)
+    except JournalDamaged:
+        return None
 
 
 @contextlib.contextmanager

@@ -159,7 +159,7 @@ class Journal:
         except sqlite3.DatabaseError as e:
             self.close()
             raise JournalDamaged(damage_message(self.path, f"is not a readable SQLite database ({e})",
-                                                _quiet_read(self.anchor_path))) from None
+                                                anchor.read_quiet(self.anchor_path))) from None
 
     def _compare(self, found: tuple[Optional[str], int], mark: Optional[dict[str, Any]]) -> None:
         jid, last = found
@@ -188,12 +188,14 @@ class Journal:
             base = c.execute("SELECT knob, identity, value, effect FROM baseline ORDER BY knob,"
                              " identity").fetchall()
             in_force = self.in_force()
-        with unwritable(self.anchor_path):
-            anchor.write(self.anchor_path, {
-                "journal_id": jid, "journal": self.path.name, "last_txn": int(last),
-                "updated": time.time(), "in_force": in_force,
-                "baseline": [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "effect": r[3]}
-                             for r in base]})
+            data = {"journal_id": jid, "journal": self.path.name, "last_txn": int(last),
+                    "in_force": in_force,
+                    "baseline": [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "effect": r[3]}
+                                 for r in base]}
+            if _same_record(anchor.read_quiet(self.anchor_path), data):
+                return  # an fsync saved: nothing the anchor holds has changed
+            with unwritable(self.anchor_path):
+                anchor.write(self.anchor_path, {**data, "updated": time.time()})
 
     @classmethod
     def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> "Journal":
@@ -327,9 +329,7 @@ class Journal:
             if n:
                 c.execute("UPDATE changes SET state='confirmed', resolved_at=? WHERE txn_id=?",
                           (now, txn_id))
-        if n:
-            self._sync_anchor()
-        return n == 1
+        return n == 1  # what is in force did not change: the anchor stays as it is
 
     def claim_rollback(self, txn_id: int, reason: str, *, steal: bool = False) -> bool:
         """Take the right to roll a transaction back. `steal` (recovery, holding the writer
@@ -456,8 +456,8 @@ class Journal:
 
     def in_force(self) -> list[dict[str, Any]]:
         """Knobs whose value may differ from their baseline: the latest change of each that was
-        not rolled back, where its value is not the baseline's (knob, identity, value, baseline,
-        state, txn)."""
+        not rolled back (intent, applied, confirmed or rollback_failed), where its value is not
+        the baseline's (knob, identity, value, baseline, txn)."""
         with _IO:
             c = self._conn()
             base = {(r[0], r[1]): r[2] for r in
@@ -466,7 +466,7 @@ class Journal:
             latest = c.execute("SELECT knob, identity, after, state, txn_id, MAX(id) FROM changes"
                                " WHERE state != 'rolled_back' GROUP BY knob, identity"
                                " ORDER BY knob").fetchall()
-        return [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "state": r[3], "txn": r[4],
+        return [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "txn": r[4],
                  "baseline": _load(base.get((r[0], r[1])))}
                 for r in latest if base.get((r[0], r[1])) != r[2]]
 
@@ -493,7 +493,7 @@ def damage_message(path: Path, what: str, mark: Optional[dict[str, Any]]) -> str
         said = "its anchor is gone too, so what is in force is unknown"
     elif mark.get("in_force"):
         ch = "; ".join(f"{f['knob']} = {json.dumps(f['value'])} (baseline "
-                       f"{json.dumps(f['baseline'])}, transaction {f['txn']} {f['state']})"
+                       f"{json.dumps(f['baseline'])}, transaction {f['txn']})"
                        for f in mark["in_force"][:4])
         more = f" and {len(mark['in_force']) - 4} more" if len(mark["in_force"]) > 4 else ""
         said = f"its anchor records changes in force: {ch}{more}"
@@ -504,11 +504,9 @@ def damage_message(path: Path, what: str, mark: Optional[dict[str, Any]]) -> str
             f"{WHAT_TO_DO}")
 
 
-def _quiet_read(path: Path) -> Optional[dict[str, Any]]:
-    try:
-        return anchor.read(path)
-    except JournalDamaged:
-        return None
+def _same_record(old: Optional[dict[str, Any]], new: dict[str, Any]) -> bool:
+    return old is not None and all(old.get(k) == json.loads(json.dumps(v, default=str))
+                                   for k, v in new.items())
 
 
 def open_readonly(path: str | os.PathLike[str]) -> Optional[Journal]:

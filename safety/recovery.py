@@ -151,10 +151,7 @@ def _journal_for_reset(path: Path) -> tuple[Journal, Optional[list[str]], Option
         return Journal(path), None, None
     except JournalDamaged:
         pass
-    try:
-        mark = anchor.read(anchor.path_for(path))
-    except JournalDamaged:
-        mark = None
+    mark = anchor.read_quiet(anchor.path_for(path))
     names = None if mark is None else sorted(
         {b["knob"] for b in mark.get("baseline", [])} | {f["knob"] for f in mark.get("in_force", [])})
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
