@@ -187,7 +187,16 @@ def restore_defaults(journal_path: str | os.PathLike[str], knobs: Mapping[str, A
             if k is None:
                 skipped.append({"knob": name, "why": "not on this host"})
                 continue
-            d = k.default() if hasattr(k, "default") else None
+            if names is None and effect_of(k) != "now":
+                # nothing says metaltune staged anything here: no BIOS or driver change on a guess
+                skipped.append({"knob": name, "why": f"takes effect on {effect_of(k)}; no record "
+                                                     "that metaltune changed it"})
+                continue
+            try:
+                d = k.default() if hasattr(k, "default") else None
+            except Exception as e:
+                skipped.append({"knob": name, "why": f"cannot read its default: {type(e).__name__}: {e}"})
+                continue
             if d is None:
                 skipped.append({"knob": name, "why": "reports no driver default"})
                 continue

@@ -142,3 +142,20 @@ def test_a_sound_journal_without_an_anchor_gets_one(tuned):
     assert again["in_force"][0]["value"] == 650 and again["baseline"][0]["value"] == 700
     ok(cli(tmp, sim, "rollback"))
     assert json.loads(a.read_text())["in_force"] == []  # back at baseline: nothing in force
+
+
+def test_journal_and_anchor_both_damaged(tuned):
+    """The journal cut in half and its anchor gone: what is in force is unknown. Still refused;
+    `recover --from-defaults` then restores every knob that takes effect now and reports a driver
+    default, and stages nothing for a reboot on a guess."""
+    tmp, sim = tuned
+    damage(tmp, sim, "cut in half")
+    (tmp / "state" / "journal.anchor").unlink()
+    err = refused(cli(tmp, sim, "apply", str(tmp / "p550.yaml"), "--probation", "0.2"))
+    assert "its anchor is gone too" in err
+    r = ok(cli(tmp, sim, "recover", "--from-defaults", "--json"))
+    res = json.loads(r.stdout)
+    assert "gpu0.power_limit_w" in res["restored"] and power(sim) == 700
+    assert res["baseline"]["gpu0.power_limit_w"] == 700
+    staged = [s for s in res["skipped"] if s["knob"].startswith("bios.")]
+    assert staged and all("no record that metaltune changed it" in s["why"] for s in staged)
