@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from safety import Journal, Policy, Transaction  # noqa: E402
+from safety import Journal, Policy, Transaction, anchor  # noqa: E402
 from safety import monitors as mon  # noqa: E402
 from tuner.host import open_host  # noqa: E402
 from tuner.knobs.registry import discover  # noqa: E402
@@ -74,6 +74,12 @@ def main() -> None:
         j.set_watchdog(tid, _)  # a real one-row update, committed
         xs.append(time.perf_counter() - t0)
     row("journal commit (synchronous=FULL, rollback journal)", xs)
+    xs, rec = [], anchor.read(j.anchor_path)
+    for _ in range(a.reps * 2):
+        t0 = time.perf_counter()
+        anchor.write(j.anchor_path, rec)  # what begin_txn and finish_rollback add after their commit
+        xs.append(time.perf_counter() - t0)
+    row("journal anchor rewrite (file + folder fsync)", xs, "begin, and a rollback")
 
     # 3. whole transactions: begin (baseline, intent, apply, read back) + confirm
     def txn_time(changes_list, **kw) -> list[float]:

@@ -31,6 +31,11 @@ _EXPORTS = {
     "ProbationExpired": "safety.errors",
     "RollbackFailed": "safety.errors",
     "Instability": "safety.errors",
+    "JournalDamaged": "safety.errors",
+    "StateUnwritable": "safety.errors",
+    "OutOfBounds": "safety.errors",
+    "restore_defaults": "safety.recovery",
+    "accept_current": "safety.recovery",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -22,6 +22,22 @@ class PolicyError(InputError):
     exit_code = 2
 
 
+class OutOfBounds(SafetyError):
+    """A number outside what the safety layer accepts (NaN, infinity, beyond its range)."""
+
+    exit_code = 2
+
+
+class JournalDamaged(SafetyError):
+    """The journal is not the one metaltune wrote (missing, emptied, cut short, replaced) while
+    its anchor says changes were recorded: nothing is recorded over an unknown state."""
+
+
+class StateUnwritable(SafetyError):
+    """The state dir cannot take a write (read-only file system, no space left): the OS's
+    reason; nothing was changed on the host."""
+
+
 class PolicyDenied(SafetyError):
     """The allowed-change list refuses a change; nothing was written. `refusals` lists each one."""
 

@@ -22,27 +22,33 @@ rules:
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from safety.bounds import MAX_PROBATION_S
 from safety.errors import PolicyDenied, PolicyError
 from safety.restore import effect_of
 
 POLICY_DIR = Path(__file__).with_name("policies")
 Number = float
+#: a probation that ends: `.inf` would hold the writer forever
+ProbationS = Annotated[float, Field(ge=0, le=MAX_PROBATION_S)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=False)
+    # NaN compares false with every bound (the check would be skipped) and `.inf` never ends:
+    # no float field of a policy takes either
+    model_config = ConfigDict(extra="forbid", strict=False, allow_inf_nan=False)
 
 
 class Defaults(_Strict):
-    probation_s: float = Field(60.0, ge=0)
+    probation_s: ProbationS = 60.0
     max_changes_per_hour: Optional[int] = Field(None, ge=0)
 
 
@@ -54,10 +60,19 @@ class Rule(_Strict):
     min_fraction_of_default: Optional[float] = Field(None, gt=0, le=1)
     max_step: Optional[Number] = Field(None, gt=0)
     max_changes_per_hour: Optional[int] = Field(None, ge=0)
-    probation_s: Optional[float] = Field(None, ge=0)
+    probation_s: Optional[ProbationS] = None
     allow_reboot_effect: bool = False
     allow_null: bool = True
     note: str = ""
+
+    @field_validator("values")
+    @classmethod
+    def _finite_values(cls, v: Any) -> Any:
+        for x in v or ():
+            for y in (x if isinstance(x, (list, tuple)) else [x]):
+                if isinstance(y, float) and not math.isfinite(y):
+                    raise ValueError(f"{y!r} is not a finite number")
+        return v
 
     @field_validator("range")
     @classmethod

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Optional
 
 from safety import _crash
+from safety.bounds import probation_seconds
 from safety.errors import (ApplyFailed, Instability, PolicyDenied, ProbationExpired, Quarantined,
                            SafetyError)
 from safety.incident import Incident
@@ -106,6 +107,7 @@ class Transaction:
         if self.state != "new":
             raise SafetyError(f"transaction {self.id} already begun ({self.state})")
         policy = self._policy()
+        self._probation(policy)  # a probation that never ends is refused before anything else
         q = self.journal.is_quarantined(self.key)
         if q is not None:
             raise Quarantined(f"candidate quarantined: {q['reason']} (transaction {q['txn_id']})")
@@ -159,8 +161,8 @@ class Transaction:
 
     def _probation(self, policy: Any) -> float:
         if self.probation_s is not None:
-            return float(self.probation_s)
-        return float(policy.probation_for(list(self.changes)))
+            return probation_seconds(self.probation_s)
+        return probation_seconds(policy.probation_for(list(self.changes)), f"{policy.source}: probation_s")
 
     def _plan(self, policy: Any) -> list[dict[str, Any]]:
         plan = []
@@ -214,7 +216,7 @@ class Transaction:
             return
         if self.watchdog_mode == "thread":
             self._wd_stop = threading.Event()
-            j = Journal(self.journal.path)
+            j = Journal(self.journal.path, verify=False)
             self._wd_thread = threading.Thread(
                 target=wd.watch, args=(j, self.id, self.knobs),
                 kwargs={"pipe_fd": None, "caller_pid": None, "stop": self._wd_stop},

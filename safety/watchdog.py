@@ -83,7 +83,7 @@ def fork_watchdog(journal_path: str, txn_id: int, knobs: Mapping[str, Any]) -> t
         try:
             os.close(w)
             _quiet_child()
-            watch(Journal(journal_path), txn_id, knobs, pipe_fd=r, caller_pid=caller)
+            watch(Journal(journal_path, verify=False), txn_id, knobs, pipe_fd=r, caller_pid=caller)
         except BaseException:
             code = 1
         finally:
@@ -144,7 +144,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     knobs = load_factory(a.factory)(**json.loads(a.factory_args))
-    journal = Journal(a.journal)
+    journal = Journal(a.journal, verify=False)  # it only finishes the transaction it was started for
     os.write(a.ready_fd, b"r")
     os.close(a.ready_fd)
     dn = os.open(os.devnull, os.O_RDWR)

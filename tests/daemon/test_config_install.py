@@ -162,3 +162,36 @@ def test_a_configured_bmc_gets_through_the_fence(tmp_path):
     assert "PrivateNetwork=yes" not in u and "IPAddressAllow=localhost 10.1.2.3" in u
     (tmp_path / "etc/metaltune/bmc.yaml").write_text("method: redfish\nurl: sim-bmc://local\n")
     assert "PrivateNetwork=yes" in Path(install(tmp_path)["unit"]).read_text()
+
+
+@pytest.mark.parametrize("extra, field", [
+    ('sim_root = "{tmp}/no-such-sim"', "sim_root"),
+    ('policy = "{tmp}/no-such-policy.yaml"', "policy"),
+    ('policy = "{tmp}/bad-policy.yaml"', "policy"),
+    ('profile = "no-such-profile"', "profile"),
+    ('profile = "{tmp}/no-such-profile.yaml"', "profile"),
+    ('[search]\nproposer = "no-such-proposer"', "search.proposer"),
+])
+def test_check_fails_for_references_that_do_not_resolve(tmp_path, extra, field):
+    """`daemon --check` said "ok" for a config whose policy, profile, sim root or proposer did not
+    exist (issue 15, item 10); the daemon refuses to start on it as well."""
+    sim = tmp_path / "sim"
+    assert cli("sim", "init", str(sim), "--sku", "h200").returncode == 0
+    (tmp_path / "bad-policy.yaml").write_text("rules: [{knob: 'gpu*', max_step: -1}]\n")
+    extra = extra.replace("{tmp}", str(tmp_path))
+    sim_line = "" if extra.startswith("sim_root") else f'sim_root = "{sim}"\n'
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'backend = "sim"\n{sim_line}state_dir = "{tmp_path}/state"\n{extra}\n')
+    r = cli("daemon", "--check", "--config", str(cfg))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.count("\n") == 1 and f"field {field}" in r.stderr and str(cfg) in r.stderr, r.stderr
+    r = cli("daemon", "--config", str(cfg), env={"METALTUNE_RUN_DIR": str(tmp_path / "run")})
+    assert r.returncode == 2 and f"field {field}" in r.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "state").exists()
+    # the same config with every reference in place passes
+    good = extra.split("=")[0].strip()
+    cfg.write_text(f'backend = "sim"\nsim_root = "{sim}"\nstate_dir = "{tmp_path}/state"\n'
+                   + {"policy": f'policy = "{REPO}/safety/policies/default.yaml"\n',
+                      "profile": 'profile = "h200"\n'}.get(good, ""))
+    r = cli("daemon", "--check", "--config", str(cfg))
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr

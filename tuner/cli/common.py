@@ -29,4 +29,11 @@ def invoke(settings: Settings, name: str, **kwargs: Any) -> dict[str, Any]:
     from tuner.ops.args import validate
 
     fn = ops.get(name)
-    return fn(settings, **validate(name, fn, kwargs))
+    try:
+        return fn(settings, **validate(name, fn, kwargs))
+    except OSError as e:
+        # a state dir that is read-only or full, a file that vanished: the OS's reason, one line
+        from tuner.errors import OperationFailed
+
+        where = f"{e.filename}: " if e.filename else ""
+        raise OperationFailed(f"{name}: {where}{e.strerror or e}") from None

@@ -20,10 +20,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the metaltune service (systemd Type=notify): recover, re-apply the active profile,
         watch health, serve the control socket, run searches when allowed."""
-        from tuner.daemon import config as dconfig
+        from tuner.daemon import check as dcheck, config as dconfig
 
         path = dconfig.config_path(config)
         cfg = dconfig.load(path)
+        dcheck.references(cfg, path)  # also before a start: a config that passes --check starts
         if check:
             typer.echo(f"{path}: ok")
             return

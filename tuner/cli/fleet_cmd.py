@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import typer
 
+from safety.bounds import MAX_PROBATION_S
+from tuner.cli.numbers import finite
 from tuner.errors import BadInput
 
 fleet = typer.Typer(help="Run metaltune on a fleet over SSH: status, verify, apply (rollout), collect.",
@@ -22,7 +24,7 @@ LIMIT = typer.Option(None, "--limit", help="Comma-separated hosts and groups (de
 PAR = typer.Option(8, "--parallel", min=1, max=256, help="Hosts worked on at once.")
 TRUST = typer.Option(False, "--trust-new", help="Trust unknown host keys on first use (recorded in known_hosts).")
 JSON = typer.Option(False, "--json", help="Print results as JSON.")
-TIMEOUT = typer.Option(900.0, "--timeout", min=1, help="Seconds per remote command.")
+TIMEOUT = typer.Option(900.0, "--timeout", min=1, callback=finite(1, 7 * 86400), help="Seconds per remote command.")
 
 
 def register(app: typer.Typer) -> None:
@@ -138,10 +140,10 @@ def apply_cmd(
     as_json: bool = JSON, timeout: float = TIMEOUT,
     canary: int = typer.Option(1, "--canary", min=0, help="Hosts in the first (canary) wave."),
     wave_size: int = typer.Option(0, "--wave-size", min=0, help="Hosts per later wave (0: all at once)."),
-    probation: float = typer.Option(30.0, "--probation", min=0, help="Seconds each host holds the change on probation."),
+    probation: float = typer.Option(30.0, "--probation", min=0, callback=finite(0, MAX_PROBATION_S), help="Seconds each host holds the change on probation."),
     health_cmd: Optional[str] = typer.Option(None, "--health-cmd", help="Shell command run on each host after apply; must exit 0."),
     metric: Optional[str] = typer.Option(None, "--metric", help="Compare metric measured before/after (regression check), e.g. decode_tok_s."),
-    tolerance: float = typer.Option(0.02, "--tolerance", min=0, max=0.5, help="Allowed relative drop of --metric."),
+    tolerance: float = typer.Option(0.02, "--tolerance", min=0, max=0.5, callback=finite(0, 0.5), help="Allowed relative drop of --metric."),
     repeats: int = typer.Option(5, "--repeats", min=2, help="Repeats of --metric."),
     state: Optional[Path] = typer.Option(None, "--state", help="Rollout state file (default under --state-dir/fleet/)."),
     resume_halted: bool = typer.Option(False, "--resume-halted", help="Resume a halted rollout (after fixing its cause)."),

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from tuner.cli.common import settings
+from tuner.cli.numbers import finite
 from tuner.errors import BadInput
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families and stored kernels.",
@@ -59,7 +60,7 @@ def check_cmd(
     dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="Dtypes to check; repeatable."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape to check and time at, e.g. 4096x8192; repeatable (default: timed at the family's sweep on a GPU, a tiny shape on the CPU)."),
     graph: bool = typer.Option(False, "--graph", help="Also time inside a CUDA graph and check the replay's outputs (GPU)."),
-    timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before the candidate process is killed."),
+    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before the candidate process is killed."),
     mem_limit_mb: int = typer.Option(6144, "--mem-limit-mb", help="Resident memory limit of the candidate process."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Stop after correctness."),
     as_json: bool = typer.Option(False, "--json"),

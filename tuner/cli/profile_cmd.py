@@ -7,7 +7,9 @@ from typing import Any, Optional
 
 import typer
 
+from safety.bounds import MAX_PROBATION_S
 from tuner.cli.common import invoke, settings
+from tuner.cli.numbers import finite
 
 
 def _print_json(res: Any) -> None:
@@ -133,7 +135,7 @@ def register(app: typer.Typer) -> None:
     @app.command("apply")
     def apply_cmd(ctx: typer.Context, profile: str,
                   dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
-                  probation: Optional[float] = typer.Option(None, "--probation", min=0,
+                  probation: Optional[float] = typer.Option(None, "--probation", min=0, callback=finite(0, MAX_PROBATION_S),
                                                             help="Seconds of probation (default: the policy's)."),
                   policy: Optional[Path] = typer.Option(None, "--policy", help="Allowed-change list (YAML)."),
                   force: bool = typer.Option(False, "--force", help="Apply even if match: rules fail."),

@@ -84,14 +84,43 @@ def register(app: typer.Typer) -> None:
 
     @app.command("recover")
     def recover_cmd(ctx: typer.Context,
+                    from_defaults: bool = typer.Option(
+                        False, "--from-defaults",
+                        help="Restore every knob metaltune changed to its driver default and make "
+                             "that the baseline (the way out of a damaged journal)."),
                     as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Roll back every change that was never confirmed (after a crash), from the journal."""
-
-        res = invoke(settings(ctx), "recover")
+        res = invoke(settings(ctx), "recover", **({"from_defaults": True} if from_defaults else {}))
         if as_json:
             print(json.dumps(res, indent=2, default=str))
+            return
+        if from_defaults:
+            _print_reset(res)
+            print("restored to driver defaults: " + (", ".join(res["restored"]) or "nothing to do"))
             return
         if not res["recovered"]:
             print("nothing to recover")
         for r in res["recovered"]:
             print(f"transaction {r['txn']}: {r['state']} ({r['reason']})")
+
+    @app.command("baseline")
+    def baseline_cmd(ctx: typer.Context,
+                     accept_current: bool = typer.Option(
+                         False, "--accept-current",
+                         help="Record the values in force now as the baseline (no knob is written)."),
+                     as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Accept the host's current values as the baseline that `rollback` returns to."""
+        res = invoke(settings(ctx), "baseline", accept_current=accept_current)
+        if as_json:
+            print(json.dumps(res, indent=2, default=str))
+            return
+        _print_reset(res)
+        print("baseline accepted: " + (", ".join(f"{k} = {_fmt(v)}" for k, v in res["baseline"].items())
+                                       or "no knob"))
+
+
+def _print_reset(res: dict) -> None:
+    for name, where in (res.get("damaged_journal") or {}).items():
+        print(f"damaged {name} kept as {where}")
+    for s in res.get("skipped", []):
+        print(f"skipped {s['knob']}: {s['why']}")

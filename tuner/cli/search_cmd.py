@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from tuner.cli.common import invoke, settings
+from tuner.cli.numbers import finite
 
 search_app = typer.Typer(help="Run a verified search.", no_args_is_help=True)
 
@@ -22,7 +23,7 @@ def search_host_cmd(
     repeats: int = typer.Option(3, "--repeats", help="Interleaved A/B pairs per trial."),
     workload: Optional[str] = typer.Option(None, "--workload", help="sim | llama | deepseek | deepseek-v3.2 | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
-    timeout_s: float = typer.Option(600.0, "--timeout", help="Per measurement."),
+    timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), help="Per measurement."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search host settings: propose, gate, apply in a safety transaction, A/B against the
@@ -57,7 +58,7 @@ def search_mixed_cmd(
     table: Optional[str] = typer.Option(None, "--table", help="Start from this dispatch table (JSON)."),
     workload: Optional[str] = typer.Option(None, "--workload", help="sim-llama (sim host default) | llama | deepseek | deepseek-v3.2 | sim | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
-    timeout_s: float = typer.Option(600.0, "--timeout", help="Per measurement."),
+    timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), help="Per measurement."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Search host settings, runtime settings and kernel choices together: each candidate is

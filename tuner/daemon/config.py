@@ -10,6 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from safety.bounds import MAX_PROBATION_S
 from tuner.errors import BadInput
 
 DEFAULT_PATH = Path("/etc/metaltune/config.toml")
@@ -17,7 +18,8 @@ _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # every float finite: `probation_s = inf` would hold the writer for ever, NaN passes any bound
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SearchConfig(_Strict):
@@ -30,11 +32,11 @@ class SearchConfig(_Strict):
     windows: list[str] = Field(default_factory=list)
     only_when_idle: bool = True
     idle_utilization_pct: int = Field(5, ge=0, le=100)
-    idle_for_s: float = Field(300.0, ge=0)
+    idle_for_s: float = Field(300.0, ge=0, le=7 * 86400)
     budget: int = Field(20, ge=1)
     proposer: str = "optuna"
-    min_interval_s: float = Field(86400.0, ge=0)  # at most one scheduled search per this period
-    timeout_s: float = Field(4 * 3600.0, gt=0)
+    min_interval_s: float = Field(86400.0, ge=0, le=365 * 86400)  # at most one scheduled search per this period
+    timeout_s: float = Field(4 * 3600.0, gt=0, le=7 * 86400)
 
     @field_validator("windows")
     @classmethod
@@ -79,7 +81,7 @@ class DaemonConfig(_Strict):
     #: the active profile (name under host_profiles/ or a path); re-applied on every start
     profile: Optional[str] = None
     policy: Optional[Path] = None  # allowed-change list (YAML); None: safety's shipped default
-    probation_s: float = Field(300.0, gt=0)
+    probation_s: float = Field(300.0, gt=0, le=MAX_PROBATION_S)
     health_interval_s: float = Field(5.0, ge=0.1, le=3600)
     #: on SIGTERM: keep the tuned (confirmed) state, or roll back to baseline
     stop_policy: Literal["keep", "rollback"] = "keep"

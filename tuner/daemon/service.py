@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tuner import ops
-from tuner.daemon import health, logs, schedule, searches
+from tuner.daemon import check, health, logs, schedule, searches
 from tuner.daemon.client import NO_DAEMON_ENV
 from tuner.daemon.config import DaemonConfig, load
 from tuner.daemon.mirror import JournalMirror
@@ -69,6 +69,10 @@ class Daemon:
         self._monitor_errors: dict[str, float] = {}
         self._profile_thread: Optional[threading.Thread] = None
         self._journal: Any = None
+        #: fatal incidents whose rollback is still to run: incident id -> {reason, txn}; also in
+        #: the journal (incidents.action), so a restart picks them up again
+        self._pending_rollbacks: dict[int, dict[str, Any]] = {}
+        self._unrecorded: list[Any] = []  # incidents seen but not journalled yet (retried)
         self._inflight = 0  # write requests being served (answered before we exit)
         self._inflight_cv = threading.Condition()
 
@@ -214,6 +218,13 @@ class Daemon:
         self.mirror.tail(report=False)  # history before this start is not news
         self._call("recover")
         self.mirror.tail()  # what recovery rolled back, logged with its reason
+        from safety.incident import REASON_BY_TYPE
+
+        for r in self.journal().pending_rollbacks():  # queued before a crash or a stop
+            where = f" gpu {r['gpu']}" if r["gpu"] is not None else ""
+            self._pending_rollbacks[r["id"]] = {
+                "txn": r["txn_id"], "reason": f"{REASON_BY_TYPE.get(r['type'], 'instability_' + r['type'])}: "
+                                              f"{r['severity']} {r['type']}{where}: {r['detail']}"}
         self._status("detecting hardware")
         self.host = self.settings().host()
         self.gpus = health.sample(self.host)
@@ -344,74 +355,161 @@ class Daemon:
                     self._monitor_errors[key] = time.monotonic()
                     logs.log("monitor.error", level="error", monitor=key, error=f"{type(e).__name__}: {e}")
                 continue
-            for inc in new:
-                self._on_incident(inc)
+            self._unrecorded.extend(new)
+        self._record_incidents()
         self.mirror.tail()
         self._reap_search()
+        self._retry_rollbacks()
         self._status(None)
 
     # -- incidents ----------------------------------------------------------------------------
-    def _on_incident(self, inc: Any) -> None:
-        """An incident from our own monitors: journal it (once), attribute it to the change in
-        force, and roll back when it is fatal. Logging and metrics come from the journal tail."""
-        journal = self.journal()
-        if self._duplicate(journal, inc):
-            return
-        open_ = journal.open_txns()
-        recent = journal.txns(1)
-        handled = None
-        if not open_ and recent and recent[0]["state"] in ("rolled_back", "rollback_failed") \
-                and recent[0]["updated"] >= inc.time - DEDUP_S:
-            handled = recent[0]  # its own transaction already rolled back for this event
-        target = open_[-1] if open_ else handled or next(
-            (t for t in journal.txns(20) if t["state"] == "confirmed"), None)
-        knobs_of = [c["knob"] for c in journal.changes(target["id"])] if target else []
-        if target is not None:
-            inc.txn_id = target["id"]
-            inc.knob = inc.knob or ",".join(knobs_of)
-        journal.add_incident(inc)
-        self.mirror.tail()  # log + count it now, before the rollback lines
-        if not inc.fatal or handled is not None or target is None:
-            return
-        reason = f"{inc.reason}: {inc}"
-        if self.search is not None:
-            # the search owns the writes: stop it; its unconfirmed change is recovered after
-            self._stop_search(reason)
-            return
-        if target["state"] in ("intent", "probation", "rolling_back"):
-            # no in-process lock needed: the journal's claim decides between us and the
-            # transaction's owner (or its watchdog); exactly one of us restores the knobs
-            from safety.restore import rollback_txn
-
-            if target.get("candidate_key"):
-                journal.quarantine(target["candidate_key"], reason, inc.id, target["id"])
-            rollback_txn(journal, self.knobs(), target["id"], reason, steal=not _alive(target.get("pid")))
-        elif target["state"] == "confirmed" and self.cfg.on_fatal_incident == "rollback":
-            # never block the main loop (watchdog pings) behind a long write: retried next tick
-            if not self.writer.acquire(timeout=0.5):
-                logs.log("rollback.deferred", level="warning", reason="another write in progress")
-                return
+    def _record_incidents(self) -> None:
+        """Handle the incidents seen; one the journal cannot take yet (a full state dir) is
+        kept and tried again next tick: a monitor reports an event only once."""
+        while self._unrecorded:
+            inc = self._unrecorded[0]
             try:
-                from safety import rollback_to_baseline
+                self._on_incident(inc)
+            except Exception as e:
+                if time.monotonic() - self._monitor_errors.get("journal", -1e9) > 60:
+                    self._monitor_errors["journal"] = time.monotonic()
+                    logs.log("incident.unrecorded", level="error", incident=str(inc),
+                             error=f"{type(e).__name__}: {e}", retry="next health tick")
+                return
+            self._unrecorded.pop(0)
 
-                if target.get("candidate_key"):
-                    journal.quarantine(target["candidate_key"], reason, inc.id, target["id"])
-                logs.log("rollback.start", level="warning", txn=target["id"], label=target["label"],
-                         knobs=knobs_of, reason=reason, to="baseline",
-                         cause="fatal incident with a confirmed change in force")
-                rollback_to_baseline(journal, self.knobs(), state_dir=self.cfg.state_dir,
-                                     label=f"rollback to baseline: {reason}")
-                self.profile_state.update(verified=False, rolled_back=reason)
-            finally:
-                self.writer.release()
-        self.mirror.tail()
-        self._refresh_knob_metrics()
+    def _on_incident(self, inc: Any) -> None:
+        """An incident from our own monitors: journal it (once per change it belongs to),
+        attribute it to the change in force, and for a fatal one queue the rollback. Logging
+        and metrics come from the journal tail."""
+        journal = self.journal()
+        if inc.id is None:
+            target, handled = self._attribute(journal, inc)
+            if self._duplicate(journal, inc, target):
+                return
+            if target is not None:
+                inc.txn_id = target["id"]
+                inc.knob = inc.knob or ",".join(c["knob"] for c in journal.changes(target["id"]))
+            inc.attributed = (target, handled)  # a retry after a failed write goes on from here
+            journal.add_incident(inc)
+            self.mirror.tail()  # log + count it now, before the rollback lines
+        target, handled = inc.attributed
+        if not inc.fatal:
+            return
+        if target is None:
+            journal.set_incident_action(inc.id, "nothing to roll back: no change in force")
+        elif handled is not None:
+            journal.set_incident_action(inc.id, f"rolled back: transaction {handled['id']} "
+                                                f"({handled['state']}) by its own monitors")
+        elif target["state"] == "confirmed" and self.cfg.on_fatal_incident == "record":
+            journal.set_incident_action(inc.id, "recorded only: on_fatal_incident = \"record\"")
+        else:
+            from safety.journal import ROLLBACK_PENDING
 
-    def _duplicate(self, journal: Any, inc: Any) -> bool:
-        for r in journal.incidents(limit=10):
-            if r["type"] == inc.type and r["xid"] == inc.xid and abs(r["time"] - inc.time) <= DEDUP_S:
+            journal.set_incident_action(inc.id, ROLLBACK_PENDING)
+            self._pending_rollbacks[inc.id] = {"reason": f"{inc.reason}: {inc}", "txn": target["id"]}
+            if self.search is not None:
+                # the search owns the writes: stop it; once its child is gone (and what it left
+                # unconfirmed recovered), the queued rollback runs
+                self._stop_search(f"{inc.reason}: {inc}")
+            self._retry_rollbacks()
+
+    def _attribute(self, journal: Any, inc: Any) -> tuple[Optional[dict[str, Any]], Optional[dict[str, Any]]]:
+        """(the change the incident belongs to, that change when its own transaction already
+        rolled it back for this event): the open transaction, else one rolled back within
+        DEDUP_S, else the latest confirmed one still in force. (None, None): nothing in force."""
+        open_ = journal.open_txns()
+        if open_:
+            return open_[-1], None
+        recent = journal.txns(1)
+        if recent and recent[0]["state"] in ("rolled_back", "rollback_failed") \
+                and recent[0]["updated"] >= inc.time - DEDUP_S:
+            return recent[0], recent[0]
+        ids = {f["txn"] for f in journal.in_force()}
+        return (journal.txn(max(ids)) if ids else None), None
+
+    def _duplicate(self, journal: Any, inc: Any, target: Optional[dict[str, Any]]) -> bool:
+        """The same event seen again (another monitor, the transaction's own monitors): same
+        kind within DEDUP_S, and no change came into force since it was journalled. A change
+        confirmed after it is a different change, and its incident is never hidden."""
+        for r in journal.incidents(limit=20):
+            if r["type"] != inc.type or r["xid"] != inc.xid or abs(r["time"] - inc.time) > DEDUP_S:
+                continue
+            if target is None or r["txn_id"] == target["id"] or target["created"] <= r["time"]:
                 return True
         return False
+
+    def _retry_rollbacks(self) -> None:
+        """Run the queued rollbacks that can run now; the others wait for the next tick (the
+        writer busy, a search stopping, an apply still writing). Each ends journalled."""
+        for inc_id, item in sorted(self._pending_rollbacks.items()):
+            try:
+                action = self._rollback_for(item["txn"], inc_id, item["reason"], item)
+            except Exception as e:  # retried next tick; said once a minute
+                action = None
+                if time.monotonic() - item.get("error_at", -1e9) > 60:
+                    item["error_at"] = time.monotonic()
+                    logs.log("rollback.error", level="error", incident=inc_id, txn=item["txn"],
+                             error=f"{type(e).__name__}: {e}", retry="next health tick")
+            if action is not None:
+                self.journal().set_incident_action(inc_id, action)
+                del self._pending_rollbacks[inc_id]
+                self.mirror.tail()
+                self._refresh_knob_metrics()
+
+    def _rollback_for(self, txn_id: int, inc_id: int, reason: str, item: dict[str, Any]) -> Optional[str]:
+        """Roll back for one fatal incident; the action to journal, or None to retry later."""
+        from safety.restore import rollback_txn
+
+        journal = self.journal()
+        t = journal.txn(txn_id)
+        if t is None:
+            return f"not rolled back: transaction {txn_id} is not in the journal"
+        if self.search is not None:
+            return None  # its child holds the writer lock; it is being stopped
+        if t["state"] in ("intent", "probation", "rolling_back"):
+            if t["state"] == "intent" and _alive(t.get("pid")):
+                # still writing: a restore now would run under the write in flight, which
+                # would then land after it; its owner (or we, next tick) rolls it back
+                return None
+            if t.get("candidate_key"):
+                journal.quarantine(t["candidate_key"], reason, inc_id, txn_id)
+            # the journal's claim decides between us and the transaction's owner (or its
+            # watchdog): exactly one restores the knobs
+            res = rollback_txn(journal, self.knobs(), txn_id, reason, steal=not _alive(t.get("pid")))
+            if res["state"] not in ("rolled_back", "rollback_failed"):
+                return None
+            return f"rolled back: transaction {txn_id} ({res['state']})"
+        if t["state"] in ("rolled_back", "rollback_failed"):
+            return f"rolled back: transaction {txn_id} ({t['state']}: {t['reason']})"
+        # a confirmed change: back to the baseline, under the writer, without ever blocking
+        # the main loop (watchdog pings) behind a long write: retried next tick
+        if self.cfg.on_fatal_incident == "record":
+            return "recorded only: on_fatal_incident = \"record\""
+        if not self.writer.acquire(timeout=0.5):
+            if not item.get("deferred"):
+                item["deferred"] = True
+                logs.log("rollback.deferred", level="warning", incident=inc_id, txn=txn_id,
+                         reason="another write in progress", retry="every health tick")
+            return None
+        try:
+            from safety import rollback_to_baseline
+
+            if t.get("candidate_key"):
+                journal.quarantine(t["candidate_key"], reason, inc_id, txn_id)
+            knobs_of = [c["knob"] for c in journal.changes(txn_id)]
+            logs.log("rollback.start", level="warning", txn=txn_id, label=t["label"], knobs=knobs_of,
+                     reason=reason, to="baseline", cause="fatal incident with a confirmed change in force")
+            res = rollback_to_baseline(journal, self.knobs(), state_dir=self.cfg.state_dir,
+                                       label=f"rollback to baseline: {reason}")
+            self.profile_state.update(verified=False, rolled_back=reason)
+        finally:
+            self.writer.release()
+        if not res["ok"] or res.get("failed"):
+            return "rollback to baseline failed: " + "; ".join(
+                f"{f['knob']}: {f['error']}" for f in res.get("failed", [])) + " (see `metaltune status`)"
+        return f"rolled back to baseline (transaction {res.get('txn', '-')}; restored " \
+               f"{', '.join(res['restored']) or 'nothing: already at baseline'})"
 
     # -- control socket ---------------------------------------------------------------------
     def handle(self, op: str, args: dict[str, Any], peer: Any) -> dict[str, Any]:
@@ -625,6 +723,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = load(self.cfg_path)
+            check.references(new, self.cfg_path)
         except BadInput as e:
             logs.log("config.reload_failed", level="error", error=str(e), note="keeping the running config")
             self.notifier.send({"READY": 1, "STATUS": f"reload failed: {e}"})

@@ -151,6 +151,8 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
           force: bool = False, policy: Optional[str] = None) -> dict[str, Any]:
     from tuner import profiles
 
+    if probation_s is not None:  # the CLI's --probation and a socket request's probation_s
+        probation_s = _probation(probation_s)
     prof = _load(settings, profile)
     if prof.abstract:
         raise BadInput(f"{prof.path}: field abstract: profile {prof.name} is a base for include:, "
@@ -187,6 +189,16 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         return res
     finally:
         host.close()
+
+
+def _probation(value: Any) -> float:
+    from safety.bounds import probation_seconds
+    from safety.errors import OutOfBounds
+
+    try:
+        return probation_seconds(value, "--probation")
+    except OutOfBounds as e:
+        raise BadInput(str(e)) from None
 
 
 def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[str, Any],

@@ -38,14 +38,36 @@ def watchdog_knobs(backend: str, sim_root: Optional[str] = None) -> dict[str, An
     return discover(open_host(backend, sim_root))
 
 
+def journal_path(settings: Any) -> Path:
+    return Path(settings.state_dir) / "journal.db"
+
+
 def journal_for(settings: Any, create: bool = True) -> Any:
+    """The journal to write in (created when `create`); None when there is none and `create` is
+    false. A damaged journal is OperationFailed (exit 1) saying what the operator can do."""
     from safety.journal import Journal
 
-    path = Path(settings.state_dir) / "journal.db"
-    if not create and not path.exists():
-        return None
-    settings.ensure_state_dir()
-    return Journal(path)
+    path = journal_path(settings)
+    with translate():
+        if not create and not path.exists() and not _anchor_exists(path):
+            return None
+        settings.ensure_state_dir()
+        return Journal(path)
+
+
+def journal_to_read(settings: Any) -> Any:
+    """The journal for a read command: opened read-only (works on a read-only or full state
+    dir, writes nothing); None when there is none yet."""
+    from safety.journal import open_readonly
+
+    with translate():
+        return open_readonly(journal_path(settings))
+
+
+def _anchor_exists(path: Path) -> bool:
+    from safety.anchor import path_for
+
+    return path_for(path).exists()
 
 
 def _knobs(settings: Any) -> dict[str, Any]:
@@ -60,7 +82,7 @@ def status(settings: Any, incidents: int = 10, **_: Any) -> dict[str, Any]:
     from safety.recovery import status as st
 
     knobs = _knobs(settings)
-    j = journal_for(settings, create=False)
+    j = journal_to_read(settings)
     if j is None:  # nothing was ever changed: do not create a state dir for a read
         cur = st(_EmptyJournal(), knobs, incidents)
         return {**cur, "journal": None}
@@ -96,10 +118,23 @@ def rollback(settings: Any, lock_timeout: float = 30.0, **_: Any) -> dict[str, A
 
 
 @operation("recover")
-def recover(settings: Any, lock_timeout: float = 30.0, **_: Any) -> dict[str, Any]:
-    """Roll back every change never confirmed (after a crash; the daemon runs it at start)."""
-    from safety.recovery import recover as rec
+def recover(settings: Any, lock_timeout: float = 30.0, from_defaults: bool = False,
+            **_: Any) -> dict[str, Any]:
+    """Roll back every change never confirmed (after a crash; the daemon runs it at start).
+    `from_defaults`: put every knob metaltune knew back to its driver default instead (the way
+    out of a damaged journal)."""
+    from safety.recovery import recover as rec, restore_defaults
 
+    if from_defaults:
+        knobs = _knobs(settings)
+        settings.ensure_state_dir()
+        with translate():
+            res = restore_defaults(journal_path(settings), knobs, state_dir=settings.state_dir,
+                                   lock_timeout=lock_timeout)
+        if not res["ok"]:
+            raise OperationFailed("recover --from-defaults incomplete: " + "; ".join(
+                f"{f['knob']}: {f['error']}" for f in res.get("failed", [])))
+        return res
     j = journal_for(settings, create=False)
     if j is None or not j.open_txns():  # nothing to undo: do not even probe the host
         return {"recovered": [], "ok": True}
@@ -111,6 +146,22 @@ def recover(settings: Any, lock_timeout: float = 30.0, **_: Any) -> dict[str, An
             f"transaction {r['txn']} {f['knob']}: {f['error']}" for r in res["recovered"]
             for f in r["failed"]))
     return res
+
+
+@operation("baseline")
+def baseline(settings: Any, accept_current: bool = False, lock_timeout: float = 30.0,
+             **_: Any) -> dict[str, Any]:
+    """`accept_current`: the values in force now become the baseline (no knob is written)."""
+    from safety.recovery import accept_current as accept
+
+    if not accept_current:
+        raise BadInput("baseline: nothing to do; --accept-current records the values in force "
+                       "now as the baseline")
+    knobs = _knobs(settings)
+    settings.ensure_state_dir()
+    with translate():
+        return accept(journal_path(settings), knobs, state_dir=settings.state_dir,
+                      lock_timeout=lock_timeout)
 
 
 class _EmptyJournal:

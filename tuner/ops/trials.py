@@ -14,7 +14,7 @@ def trials(settings: Any, limit: Optional[int] = 50, run_id: Optional[str] = Non
     path = settings.state_dir / "trials.db"
     if not path.exists():
         return {"store": str(path), "trials": [], "runs": []}
-    with TrialStore(path) as store:
+    with TrialStore(path, readonly=True) as store:
         ts = store.list(run_id=run_id, limit=limit, verdict=verdict)
         return {"store": str(path), "runs": store.runs(),
                 "trials": [t.model_dump(mode="json") for t in ts]}

@@ -35,8 +35,22 @@ CREATE INDEX IF NOT EXISTS trials_verdict ON trials(verdict);
 
 
 class TrialStore:
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, readonly: bool = False):
+        """`readonly`: for `metaltune trials` (works on a read-only or full state dir); the
+        store must exist."""
         self.path = Path(path)
+        if readonly:
+            from safety.journal import connect_readonly
+
+            self._db = connect_readonly(self.path)
+            try:
+                self._db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except sqlite3.OperationalError:
+                # a WAL database needs its -shm file, which a full disk cannot take: read the
+                # main file alone (what the last checkpoint left), without locks
+                self._db.close()
+                self._db = connect_readonly(self.path, immutable=True)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
