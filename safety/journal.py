@@ -31,6 +31,7 @@ from typing import Any, Optional
 from safety import anchor
 from safety.errors import JournalDamaged, StateUnwritable
 from safety.incident import Incident
+from safety.securefs import open_file, secure_dir
 
 # every SQLite call of this process, in any thread and any Journal, holds this lock; fork() takes
 # it too, so a forked child (the watchdog) never inherits a statement or lock in progress
@@ -102,8 +103,6 @@ class Journal:
         anchor and refuse a damaged one (JournalDamaged); the watchdog skips it, since it only
         ever finishes a transaction it was started for."""
         self.path = Path(path)
-        from safety.securefs import open_file, secure_dir
-
         secure_dir(self.path.parent)  # a trusted dir of ours: no symlink another user planted
         self.anchor_path = anchor.path_for(self.path)
         self.readonly = readonly
@@ -221,9 +220,6 @@ class Journal:
         return c
 
     class _Tx:
-        def __init__(self, c: sqlite3.Connection):
-            self.c = c
-
         def __init__(self, journal: "Journal"):
             self.journal = journal
             self.lock = _IO
