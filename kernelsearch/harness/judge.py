@@ -114,14 +114,15 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
         return _judge(family_name, source, config, device=device, dtypes=dtypes, shapes=shapes,
                       random_shapes=random_shapes, seeds=seeds, timing=timing,
                       timing_shapes=timing_shapes, ceilings=ceilings, incumbent=incumbent,
-                      graph=graph, reps=reps, timing_dtype=timing_dtype, against=against, t0=t0)
+                      graph=graph, reps=reps, timing_dtype=timing_dtype, against=against,
+                      claimed=claimed, boundary=boundary, t0=t0)
     finally:
         sandbox.cleanup(keep)  # the candidate's module files (ks-cand-*)
 
 
 def _judge(family_name: str, source: str, config: Optional[dict], *, device, dtypes, shapes,
            random_shapes, seeds, timing, timing_shapes, ceilings, incumbent, graph, reps,
-           timing_dtype, against, t0) -> Verdict:
+           timing_dtype, against, claimed, boundary, t0) -> Verdict:
     checks = ["guard"]
     import torch  # noqa: F401  (heavy imports only past the guard)
 
