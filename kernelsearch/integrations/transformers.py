@@ -264,9 +264,12 @@ def _is_rmsnorm(m: Any) -> bool:
                                                          rtol=2e-2, atol=2e-2)
 
 
-def patch(model: Any, table: Union[None, Any, dict, str, Path] = None) -> Any:
+def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
+          only_covered: bool = True) -> Any:
     """Install the table (None: the one already installed, else the shipped table for this GPU)
-    and route the model's covered hot ops through the tuned kernels. Returns the model."""
+    and route the model's covered hot ops through the tuned kernels. Returns the model.
+    only_covered=False replaces every module it recognises whatever the table holds (the ops
+    then run torch outside it): for tracing which kernel calls the model makes."""
     _require_transformers()
     from kernelsearch import dispatch
 
@@ -284,7 +287,8 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None) -> Any:
     model._metaltune_patch = rec
     if tbl is None:
         return model  # no table: the plain path everywhere
-    cov = coverage(model, tbl)
+    cov = coverage(model, tbl) if only_covered else dict.fromkeys(
+        ("attention", "rmsnorm", "mlp", "rope"), True)
     for m in model.modules():
         if cov["rmsnorm"] and _is_rmsnorm(m):
             _set_forward(rec, m, _rmsnorm_forward(m), "rmsnorm")
