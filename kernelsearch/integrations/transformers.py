@@ -113,11 +113,12 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    D = query.shape[-1]
-    if (query.shape[2] == 1 and not dropout and not kwargs.get("output_attentions")
-            and kwargs.get("position_bias") is None and key.shape[-1] == D == value.shape[-1]
+    D = getattr(module, "head_dim", None)  # a plain int (shapes may be symbolic under compile)
+    if (isinstance(D, int) and query.shape[2] == 1 and not dropout
+            and not kwargs.get("output_attentions") and kwargs.get("position_bias") is None
+            and query.shape[-1] == D and key.shape[-1] == D and value.shape[-1] == D
             and query.shape[1] % key.shape[1] == 0
-            and (scaling is None or math.isclose(scaling, D ** -0.5, rel_tol=1e-6))):
+            and (scaling is None or abs(scaling * D ** 0.5 - 1.0) < 1e-6)):
         ok, valid = _valid_positions(attention_mask, key.shape[2])
         if ok:
             out = torch.ops.metaltune.decode_attention_cache(query[:, :, 0], key, value, valid)
