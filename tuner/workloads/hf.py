@@ -407,6 +407,9 @@ class HFWorkload:
             decode_batches=list(decode_batches or ([2] if tiny else [8])),
             prefill_batches=list(prefill_batches or [1]),
             decode_steps=decode_steps or (3 if tiny else 20), prefill=prefill, decode=decode)
+        if tiny:  # inductor's CPU compile takes minutes on a shared machine: eager unless asked
+            runtime = {"compile": False, **dict(runtime or {})}
+            self.RUNTIME_DIMS = {"metaltune": [True, False]}
         self.model = HFModel(spec, dev, seed)
         self.dispatch = load_dispatch()
         self.bench = Bench(self.model, self.grid, self.dispatch)
