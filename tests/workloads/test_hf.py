@@ -4,8 +4,13 @@ timing, the kernel calls traced for a mixed search, and `search mixed` taking it
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+
+# before triton is imported: its standard-library functions are jitted at import, and the
+# interpreter needs them built for it (as tests/kernelsearch/conftest.py does)
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from kernelsearch import dispatch
 from tests.hfhelpers import covering_table
@@ -111,3 +116,22 @@ def test_a_bad_hf_spec_exits_2_with_one_line(capsys, tmp_path):
     rc, out, err = run_cli(capsys, "--sim-root", str(root), "search", "mixed", "--workload",
                            "hf:gpt-17", "--family", "none")
     assert rc == 2 and "unknown config" in err and err.count("\n") == 1, err
+
+
+def test_diagnose_takes_the_hf_workload(interp):
+    """`diagnose --model hf:<config>`: the transformers model's step profiled like the Llama's;
+    with a covering table installed it is the patched model whose kernels run."""
+    from tuner import diagnose as D
+    from tuner.workloads.hf import HFModel
+
+    ceil = {"flops_per_s": 5e10, "bytes_per_s": 2e10, "source": "test"}
+    plain = D.diagnose("hf:tiny-llama:layers=1", "decode", batch=2, ctx=16, steps=2,
+                       device="cpu", ceilings=ceil, use_dispatch=False)
+    assert plain["workload"]["model"] == "hf:tiny-llama:layers=1"
+    ops = {r["op"] for r in plain["ops"]}
+    assert "aten::mm" in ops or "aten::addmm" in ops
+    dispatch.install(covering_table(HFModel("hf:tiny-llama:layers=1").config))
+    s0 = dispatch.stats()["kernel"]
+    D.diagnose("hf:tiny-llama:layers=1", "decode", batch=2, ctx=16, steps=2, device="cpu",
+               ceilings=ceil)
+    assert dispatch.stats()["kernel"] > s0
