@@ -249,6 +249,8 @@ def _is_rmsnorm(m: Any) -> bool:
     if not (type(m).__name__.endswith("RMSNorm") and isinstance(w, torch.Tensor) and w.dim() == 1
             and (hasattr(m, "variance_epsilon") or hasattr(m, "eps"))):
         return False
+    if w.device.type == "meta":
+        return False  # not materialised yet: nothing to probe (patch after loading)
     eps = float(getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6)))
     with torch.no_grad():
         x = torch.randn(2, w.shape[0], device=w.device, generator=torch.Generator(

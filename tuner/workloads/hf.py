@@ -266,9 +266,9 @@ def check(model: HFModel, table: Any, batch: int = 2, ctx: int = 32, steps: int 
                 model.set_patch(on, table)
                 cache = model.new_cache(batch, ctx + steps + CACHE_SLACK, fill="zeros")
                 outs = [model.forward(toks, cache)[:, -1]]
-                for _ in range(steps):
-                    nxt = (outs[0] if side == "plain" else logits["plain"][len(outs) - 1])
-                    outs.append(model.forward(nxt.argmax(-1, keepdim=True), cache)[:, -1])
+                for _ in range(steps):  # both sides fed the plain model's greedy tokens
+                    src = outs[-1] if side == "plain" else logits["plain"][len(outs) - 1]
+                    outs.append(model.forward(src.argmax(-1, keepdim=True), cache)[:, -1])
                 logits[side] = outs
     finally:
         model.set_patch(was is not None, was)
