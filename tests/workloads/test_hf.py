@@ -77,7 +77,7 @@ def test_a_wrong_replacement_fails_the_check_before_timing(interp, monkeypatch):
 
 
 def test_traced_kernel_calls_give_the_mixed_search_its_slots(interp):
-    from tuner.mixed_space import kernel_slots, trace_kernel_calls
+    from tuner.search.mixed.space import kernel_slots, trace_kernel_calls
 
     wl = HFWorkload("hf:tiny-qwen3:layers=1", contexts=[16], decode_steps=1)
     calls = trace_kernel_calls(wl)
@@ -121,7 +121,7 @@ def test_a_bad_hf_spec_exits_2_with_one_line(capsys, tmp_path):
 def test_diagnose_takes_the_hf_workload(interp):
     """`diagnose --model hf:<config>`: the transformers model's step profiled like the Llama's;
     with a covering table installed it is the patched model whose kernels run."""
-    from tuner import diagnose as D
+    from tuner.workloads import diagnose as D
     from tuner.workloads.hf import HFModel
 
     ceil = {"flops_per_s": 5e10, "bytes_per_s": 2e10, "source": "test"}

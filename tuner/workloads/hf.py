@@ -345,7 +345,7 @@ class Bench:
 
     def _trace(self, rt: Runtime, sizes: Optional[Sequence[tuple[str, int, int]]]) -> dict[str, Any]:
         """One eager pass over the grid with every replaceable module on the ops and `dispatch`
-        (a recorder: tuner.mixed_space) standing in for kernelsearch.dispatch, so it sees each
+        (a recorder: tuner.search.mixed.space) standing in for kernelsearch.dispatch, so it sees each
         (family, dtype, shape) the patched model would call."""
         import torch
 
