@@ -135,3 +135,8 @@ def test_diagnose_takes_the_hf_workload(interp):
     D.diagnose("hf:tiny-llama:layers=1", "decode", batch=2, ctx=16, steps=2, device="cpu",
                ceilings=ceil)
     assert dispatch.stats()["kernel"] > s0
+
+
+def test_prefill_sizes_stop_at_max_prefill_ctx():
+    wl = HFWorkload("hf:tiny-llama:layers=1", contexts=[16, 64], max_prefill_ctx=32)
+    assert wl.bench.sizes() == [("prefill", 1, 16), ("decode", 2, 16), ("decode", 2, 64)]

@@ -9,7 +9,8 @@ per context and batch, like `tuner.workloads.llama`:
 - decode tokens/s: one token per sequence with `ctx` positions filled in a StaticCache of
   `ctx + 8` (random keys and values, so long contexts need no prefill; the fill counter is set
   before every step, so every step sees the same context);
-- prefill tokens/s: batch x context tokens through the eager forward into a fresh StaticCache.
+- prefill tokens/s: batch x context tokens through the eager forward into a fresh StaticCache
+  (contexts up to `max_prefill_ctx`, 32k by default: transformers builds a [q, kv] mask there).
 
 Runtime settings (`Runtime`): `compile` (the fast path for decode, else eager) and `metaltune`
 (the installed dispatch table applied with `kernelsearch.integrations.transformers.patch`; no
@@ -171,7 +172,9 @@ class HFModel:
             layer.cumulative_length.fill_(n)
 
     def forward(self, tokens: Any, cache: Any) -> Any:
-        return self.model(input_ids=tokens, past_key_values=cache, use_cache=True).logits
+        """Logits of the last position only (a 128k prefill's full logits would be 33 GB)."""
+        return self.model(input_ids=tokens, past_key_values=cache, use_cache=True,
+                          logits_to_keep=1).logits
 
 
 def _compiled(model: HFModel) -> Callable[..., Any]:
@@ -282,8 +285,10 @@ class Bench:
     """Prefill and decode tokens/s over a size grid, runtime by runtime; caches shared between
     runtimes, runners kept per runtime (a recompile or re-capture only on a table change)."""
 
-    def __init__(self, model: HFModel, grid: SizeGrid, dispatch: Any = None):
+    def __init__(self, model: HFModel, grid: SizeGrid, dispatch: Any = None,
+                 max_prefill_ctx: Optional[int] = None):
         self.model, self.grid, self.dispatch = model, grid, dispatch
+        self.max_prefill_ctx = max_prefill_ctx
         self._caches: dict[tuple[str, int, int], Any] = {}
         self._runners: dict[tuple[str, str, int, int], Any] = {}
         self._compiled: dict[str, Callable] = {}
@@ -322,17 +327,24 @@ class Bench:
             for k in [k for k in self._runners if k[0] == rt.key()]:
                 del self._runners[k]
 
+    def sizes(self) -> list[tuple[str, int, int]]:
+        """The grid's sizes; prefill only up to max_prefill_ctx (transformers builds a [q, kv]
+        mask for a static-cache prefill: 17 GB of bools at 128k)."""
+        return [s for s in self.grid.sizes() if not (
+            s[0] == "prefill" and self.max_prefill_ctx is not None and s[2] > self.max_prefill_ctx)]
+
     def run(self, rt: Runtime, repeats: int = 5, deadline: Optional[float] = None,
             sizes: Optional[Sequence[tuple[str, int, int]]] = None) -> dict[str, Any]:
         import torch
 
+        sizes = self.sizes() if sizes is None else sizes
         if self.dispatch is not None and not hasattr(self.dispatch, "installed"):
             return self._trace(rt, sizes)
         per: dict[str, list[float]] = {}
         setup: dict[str, float] = {}
         skipped: list[str] = []
         with torch.no_grad():
-            for kind, b, ctx in (self.grid.sizes() if sizes is None else sizes):
+            for kind, b, ctx in sizes:
                 key = size_key(kind, b, ctx)
                 if deadline is not None and time.time() > deadline:
                     skipped.append(key)
@@ -363,7 +375,7 @@ class Bench:
         try:
             self.model.set_patch(True, DispatchTable(), only_covered=False)
             with torch.no_grad():
-                for kind, b, ctx in (self.grid.sizes() if sizes is None else sizes):
+                for kind, b, ctx in (self.sizes() if sizes is None else sizes):
                     cls = DecodeRunner if kind == "decode" else PrefillRunner
                     cls(self.model, Runtime(compile=False, metaltune=True), b, ctx).step()
         finally:
@@ -396,7 +408,8 @@ class HFWorkload:
                  prefill_batches: Optional[Sequence[int]] = None,
                  decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
                  runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
-                 decode: bool = True, check_outputs: bool = True):
+                 decode: bool = True, check_outputs: bool = True,
+                 max_prefill_ctx: Optional[int] = 32768):
         from tuner.workloads.llama import load_dispatch
 
         dev = device or _auto_device()
@@ -412,7 +425,7 @@ class HFWorkload:
             self.RUNTIME_DIMS = {"metaltune": [True, False]}
         self.model = HFModel(spec, dev, seed)
         self.dispatch = load_dispatch()
-        self.bench = Bench(self.model, self.grid, self.dispatch)
+        self.bench = Bench(self.model, self.grid, self.dispatch, max_prefill_ctx)
         self.runtime = Runtime.from_dict(runtime)
         self.check_outputs = check_outputs
         self._checked: dict[int, dict[str, Any]] = {}
