@@ -198,12 +198,20 @@ def _register_cache_op() -> Any:
     return op
 
 
+#: families whose op could not be generated (name -> why); the tests require it to be empty
+skipped: dict[str, str] = {}
+
+
 def register_all() -> dict[str, Any]:
-    """An op for every family in the registry plus the static-cache attention op."""
+    """An op for every family in the registry plus the static-cache attention op. A family whose
+    signature has no op schema is listed in `skipped` rather than breaking every other op."""
     from kernelsearch.families import NAMES
 
     for n in NAMES:
-        register(n)
+        try:
+            register(n)
+        except ValueError as e:
+            skipped[n] = str(e)
     _register_cache_op()
     return dict(_ops)
 
