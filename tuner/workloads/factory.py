@@ -54,5 +54,9 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
             parse_spec(workload)
             import transformers  # noqa: F401
         except ValueError as e:
-            raise BadInput(f"--workload: expected sim, sim-llama, llama, deepseek, deepseek-v3.2, "
+            raise BadInput(str(e)) from None
+        except ImportError:
+            raise BadInput("--workload hf:...: needs transformers (pip install 'metaltune[hf]')") from None
+        return HFWorkload(workload)
+    raise BadInput(f"--workload: expected sim, sim-llama, llama, deepseek, deepseek-v3.2, "
                    f"hf:<config> or cmd:<command>, got {workload!r}")
