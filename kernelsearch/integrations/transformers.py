@@ -26,7 +26,7 @@ model the table does not cover keeps the plain path, and `patched(model)` lists 
 
 Module forwards are replaced per instance (an instance attribute over the class's forward), so
 other models in the process are untouched, except the rotary wrapper (per modeling module, counted:
-restored when the last patched model of it is unpatched). Replacement goes through torch custom
+restored when the last patched model of it is unpatched or garbage-collected). Replacement goes through torch custom
 ops (kernelsearch.ops), so `torch.compile(fullgraph=True)` and CUDA graphs see no graph break.
 
 transformers' own kernel hooks (`use_kernel_forward_from_hub` / `kernelize`) need the `kernels`
@@ -36,8 +36,8 @@ interface with masks by implementation name)."""
 from __future__ import annotations
 
 import importlib
-import math
 import sys
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -56,6 +56,7 @@ class PatchRecord:
     rope_modules: list[str] = field(default_factory=list)
     replaced: dict[str, int] = field(default_factory=dict)  # what -> how many
     table_device: str = ""
+    release: Any = None  # weakref.finalize: the rotary wrapper's count, if never unpatched
 
 
 def _require_transformers() -> Any:
@@ -224,6 +225,18 @@ def coverage(model: Any, table: Any) -> dict[str, bool]:
 # -- patch / unpatch ---------------------------------------------------------------------------
 
 
+def _release_rope(names: list[str]) -> None:
+    """One patched model fewer for these modeling modules; the last restores the original."""
+    for name in names:
+        ref = _rope_refs.get(name)
+        if ref is None:
+            continue
+        ref[1] -= 1
+        if ref[1] == 0:
+            importlib.import_module(name).apply_rotary_pos_emb = ref[0]
+            del _rope_refs[name]
+
+
 def _set_forward(rec: PatchRecord, module: Any, fwd: Any, what: str) -> None:
     rec.forwards.append((module, module.__dict__.get("forward")))
     module.forward = fwd
@@ -309,6 +322,8 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
                 ref[1] += 1
                 rec.rope_modules.append(mod.__name__)
                 rec.replaced["rope"] = rec.replaced.get("rope", 0) + 1
+    if rec.rope_modules:  # a patched model dropped without unpatch releases its count too
+        rec.release = weakref.finalize(model, _release_rope, list(rec.rope_modules))
     if cov["attention"]:
         prev = model.config._attn_implementation
         if prev != ATTN:
@@ -329,12 +344,8 @@ def unpatch(model: Any) -> Any:
             module.__dict__.pop("forward", None)
         else:
             module.forward = prior
-    for name in rec.rope_modules:
-        ref = _rope_refs[name]
-        ref[1] -= 1
-        if ref[1] == 0:
-            importlib.import_module(name).apply_rotary_pos_emb = ref[0]
-            del _rope_refs[name]
+    if rec.release is not None and rec.release.detach() is not None:
+        _release_rope(rec.rope_modules)
     if rec.attn_prev is not None:
         model.set_attn_implementation(rec.attn_prev)
     model._metaltune_patch = None

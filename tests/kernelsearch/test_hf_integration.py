@@ -196,3 +196,17 @@ def test_shipped_table_names():
     p = mt.shipped_table("NVIDIA H200")
     assert p is not None and p.name == "h200-graphs.json"
     assert mt.shipped_table("NVIDIA T4") is None
+
+
+def test_a_patched_model_dropped_without_unpatch_releases_the_rotary_wrapper():
+    import gc
+
+    import transformers.models.llama.modeling_llama as ml
+
+    orig = ml.apply_rotary_pos_emb
+    m = HFModel("tiny-llama")
+    mt.patch(m.model, covering_table(m.config))
+    assert ml.apply_rotary_pos_emb is not orig and ml.apply_rotary_pos_emb.__wrapped__ is orig
+    del m
+    gc.collect()
+    assert ml.apply_rotary_pos_emb is orig

@@ -272,6 +272,8 @@ def diagnose(model: str = "tiny", phase: str = "decode", batch: Optional[int] = 
     }
     if gpu and phase == "decode":
         out["graphs"] = _graph_vs_eager(m, batch, ctx, 20, dispatch)
+    if hasattr(m, "set_patch"):
+        m.set_patch(False)  # the rotary wrapper is per modeling module: leave it as found
     out["findings"] = findings(out)
     return out
 
