@@ -269,3 +269,16 @@ def mla_decode(q, kv_cache, block_table, seq_lens, scale: float):
 def mla_sparse_decode(q, kv_cache, block_table, seq_lens, indices, scale: float):
     """Sparse MLA decode over the top-k `indices` (kernelsearch.families.mla_sparse_decode)."""
     return call("mla_sparse_decode", q, kv_cache, block_table, seq_lens, indices, scale)
+
+
+def resolve(family: str, *args: Any) -> Optional[Callable]:
+    """The kernel `call` would run for these arguments (the variant's forward with its config
+    bound, a functools.partial), or None where it would run torch; runs nothing and counts
+    nothing. For callers that hand a kernel more than the family signature (the static-cache
+    attention op passes filled lengths): they `count` what they ran."""
+    return _resolve(family, args) if _table is not None else None
+
+
+def count(kind: str) -> None:
+    """Record one call that a `resolve` caller ran ("kernel") or handed to torch ("fallback")."""
+    _stats[kind] += 1

@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         model: Optional[str] = typer.Option(None, "--model", help="Preset: tiny, llama3-8b-4l, "
-                                            "llama3-8b, llama3-70b-4l (default: tiny on CPU, "
+                                            "llama3-8b, llama3-70b-4l, or a transformers model "
+                                            "hf:<config>[:layers=N] (default: tiny on CPU, "
                                             "llama3-8b-4l on a GPU)."),
         phase: str = typer.Option("decode", "--phase", help="decode or prefill."),
         batch: Optional[int] = typer.Option(None, "--batch", min=1, help="Batch size."),
@@ -46,8 +47,16 @@ def register(app: typer.Typer) -> None:
         if dev == "cuda" and not torch.cuda.is_available():
             raise BadInput("--device cuda: no CUDA device is visible")
         name = model or ("llama3-8b-4l" if dev == "cuda" else "tiny")
-        if name not in PRESETS:
-            raise BadInput(f"--model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        if name.startswith("hf:"):
+            from tuner.workloads.hf import parse_spec
+
+            try:
+                parse_spec(name)
+            except ValueError as e:
+                raise BadInput(str(e).replace("--workload", "--model")) from None
+        elif name not in PRESETS:
+            raise BadInput(f"--model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}"
+                           " or hf:<config>[:layers=N]")
         ceil = D.load_ceilings(ceilings) if ceilings else None
         d = D.diagnose(name, phase, batch, context, steps, dev, ceil, use_dispatch=not no_dispatch)
         if not no_chart:

@@ -122,17 +122,25 @@ def _phase_runner(wl_model: Any, phase: str, batch: int, ctx: int, runtime: Any)
     return cls(wl_model, runtime, batch, ctx).prepare()
 
 
+def _runner(model: Any, phase: str, batch: int, ctx: int, dispatch: Any, graphs: bool) -> Any:
+    """A runner of the holistic Llama or of a transformers model (tuner.workloads.hf, whose
+    "graphs" are its compiled fast path); a patched HF model calls the kernels itself."""
+    from tuner.workloads import hf, llama
+
+    if isinstance(model, hf.HFModel):
+        cls = hf.DecodeRunner if phase == "decode" else hf.PrefillRunner
+        return cls(model, hf.Runtime(compile=graphs), batch, ctx)
+    cls = llama.DecodeRunner if phase == "decode" else llama.PrefillRunner
+    return cls(model, llama.Runtime(cuda_graphs=graphs), batch, ctx, dispatch=dispatch)
+
+
 def profile_phase(model: Any, phase: str, batch: int, ctx: int, steps: int, device: str,
                   dispatch: Any = None) -> dict[str, Any]:
     """Profile `steps` eager steps of one phase; returns op rows and the timeline."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from tuner.workloads.llama import DecodeRunner, PrefillRunner, Runtime
-
-    rt = Runtime(cuda_graphs=False)
-    cls = DecodeRunner if phase == "decode" else PrefillRunner
-    r = cls(model, rt, batch, ctx, dispatch=dispatch).prepare()
+    r = _runner(model, phase, batch, ctx, dispatch, graphs=False).prepare()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.no_grad(), profile(activities=acts, record_shapes=True, with_flops=True) as prof:
         for _ in range(steps):
@@ -210,11 +218,9 @@ def _rows(prof: Any, device: str, elem: int, ceil: dict[str, Any], steps: int) -
 
 
 def _graph_vs_eager(model: Any, batch: int, ctx: int, steps: int, dispatch: Any) -> dict[str, float]:
-    from tuner.workloads.llama import DecodeRunner, Runtime
-
     out = {}
-    for name, rt in (("eager", Runtime(cuda_graphs=False)), ("graph", Runtime(cuda_graphs=True))):
-        r = DecodeRunner(model, rt, batch, ctx, dispatch=dispatch).prepare()
+    for name, graphs in (("eager", False), ("graph", True)):
+        r = _runner(model, "decode", batch, ctx, dispatch, graphs).prepare()
         out[f"{name}_ms"] = batch / r.tokens_per_s(steps) * 1e3
     out["graph_speedup"] = out["eager_ms"] / out["graph_ms"]
     return out
@@ -233,14 +239,23 @@ def diagnose(model: str = "tiny", phase: str = "decode", batch: Optional[int] = 
 
         raise BadInput(f"--phase: expected decode or prefill, got {phase!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    cfg = LlamaConfig.preset(model)
     gpu = device == "cuda"
     batch = batch or ((8 if gpu else 2) if phase == "decode" else 1)
     ctx = ctx or (4096 if gpu else 64)
-    m = Llama(cfg, device)
     dispatch = load_dispatch() if use_dispatch else None
-    ceil = ceilings or measure_ceilings(device, cfg.dtype)
-    elem = ELEMENT.get(cfg.dtype, 4)
+    m: Any
+    if model.startswith("hf:"):  # a transformers model (tuner.workloads.hf), patched if a table is
+        from tuner.workloads.hf import HFModel
+
+        m = HFModel(model, device)
+        dtype = m.dtype_name
+        table = dispatch.installed() if dispatch is not None else None
+        m.set_patch(table is not None, table)
+    else:
+        cfg = LlamaConfig.preset(model)
+        m, dtype = Llama(cfg, device), cfg.dtype
+    ceil = ceilings or measure_ceilings(device, dtype)
+    elem = ELEMENT.get(dtype, 4)
     res = profile_phase(m, phase, batch, ctx, steps, device, dispatch)
     prof = res["prof"]
     rows = _rows(prof, device, elem, ceil, steps)
@@ -250,13 +265,15 @@ def diagnose(model: str = "tiny", phase: str = "decode", batch: Optional[int] = 
     out: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if gpu else "cpu",
         "workload": {"model": model, "phase": phase, "batch": batch, "ctx": ctx, "steps": steps,
-                     "dtype": cfg.dtype, "dispatch": dispatch is not None},
+                     "dtype": dtype, "dispatch": dispatch is not None},
         "ceilings": ceil, "ops": rows[:top], "ops_total": len(rows),
         "timeline": {**tl, "per_step_us": tl["span_us"] / steps},
         "by_class_us_per_step": by_class,
     }
     if gpu and phase == "decode":
         out["graphs"] = _graph_vs_eager(m, batch, ctx, 20, dispatch)
+    if hasattr(m, "set_patch"):
+        m.set_patch(False)  # the rotary wrapper is per modeling module: leave it as found
     out["findings"] = findings(out)
     return out
 

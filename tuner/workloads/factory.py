@@ -11,8 +11,9 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
     """`sim` (the simulated host's model), `sim-llama` (the CPU Llama scaled by the simulated
     host's model: host and kernel effects in one metric, tuner.sim.llama_host), `cmd:<command
     line>` (the user's own benchmark, with --metric-regex), `llama` (the holistic inference
-    workload) or `deepseek` / `deepseek-v3.2` (DeepSeek-V3's first three layers, MLA decode over
-    a paged latent cache; V3.2 with the indexer and sparse attention)."""
+    workload), `deepseek` / `deepseek-v3.2` (DeepSeek-V3's first three layers, MLA decode over
+    a paged latent cache; V3.2 with the indexer and sparse attention) or `hf:<config>[:layers=N]`
+    (the holistic workload on Hugging Face transformers, tuner.workloads.hf)."""
     if workload is None:
         workload = "sim" if host.backend == "sim" else "llama"
     if workload in ("sim", "sim-llama"):
@@ -48,8 +49,19 @@ def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str
         return DeepSeekWorkload(DeepSeekConfig.preset(name))
     if workload == "llama-tp" or workload.startswith("llama-tp:"):
         return tensor_parallel(workload)
+    if workload.startswith("hf:"):
+        from tuner.workloads.hf import HFWorkload, parse_spec
+
+        try:
+            parse_spec(workload)
+            import transformers  # noqa: F401
+        except ValueError as e:
+            raise BadInput(str(e)) from None
+        except ImportError:
+            raise BadInput("--workload hf:...: needs transformers (pip install 'metaltune[hf]')") from None
+        return HFWorkload(workload)
     raise BadInput(f"--workload: expected sim, sim-llama, llama, deepseek, deepseek-v3.2, "
-                   f"llama-tp[:...] or cmd:<command>, got {workload!r}")
+                   f"hf:<config>, llama-tp[:...] or cmd:<command>, got {workload!r}")
 
 
 def tensor_parallel(spec: str) -> Any:

@@ -3,7 +3,12 @@
 heads of that kv head, so K/V are read once), but the merge reads every chunk's (max, sum, acc)
 partials in one vectorised load instead of a loop with one memory round trip per chunk: many
 splits (small SPLIT, enough programs to fill the GPU at short contexts and batch 1) no longer cost
-a serial merge."""
+a serial merge.
+
+Over a preallocated (static) cache, `lens` (int32 [B]: filled positions per sequence) and `valid`
+(bool [B or 1, L]: the attention mask's row, e.g. left padding) come from device memory, so one
+launch shape serves every decode step (a CUDA graph replays it as the cache fills): programs past
+a sequence's length read nothing, and masked positions weigh zero."""
 import torch
 import triton
 import triton.language as tl
@@ -11,13 +16,16 @@ import triton.language as tl
 
 @triton.jit
 def _fd_partial(Q, K, V, Mo, Lo, Ao, L, HKV, n_splits, split_len, qk_scale,
-                sqb, sqh, skb, skh, skl, svb, svh, svl,
+                sqb, sqh, skb, skh, skl, svb, svh, svl, Lens, Valid, svalb,
                 GROUP: tl.constexpr, GPAD: tl.constexpr, D: tl.constexpr,
-                BLOCK_N: tl.constexpr, STAGES: tl.constexpr):
+                BLOCK_N: tl.constexpr, STAGES: tl.constexpr, HAS_LENS: tl.constexpr,
+                HAS_VALID: tl.constexpr):
     bh = tl.program_id(0)
     s = tl.program_id(1)
     b = bh // HKV
     kh = bh % HKV
+    if HAS_LENS:
+        L = tl.minimum(tl.load(Lens + b), L)
     g = tl.arange(0, GPAD)
     d = tl.arange(0, D)
     gmask = g < GROUP
@@ -38,8 +46,14 @@ def _fd_partial(Q, K, V, Mo, Lo, Ao, L, HKV, n_splits, split_len, qk_scale,
         v = tl.load(v_base + n.to(tl.int64)[:, None] * svl + d[None, :], mask=nmask[:, None],
                     other=0.0)
         qk = tl.dot(q, tl.trans(k)) * qk_scale
-        qk = tl.where(nmask[None, :], qk, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+        if HAS_VALID:
+            ok = tl.load(Valid + b.to(tl.int64) * svalb + n, mask=nmask, other=0) != 0
+            qk = tl.where((nmask & ok)[None, :], qk, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1))
+            m_new = tl.where(m_new == -float("inf"), 0.0, m_new)  # a wholly masked block
+        else:
+            qk = tl.where(nmask[None, :], qk, -float("inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1))
         p = tl.exp2(qk - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
@@ -70,8 +84,8 @@ def _fd_merge(Mo, Lo, Ao, O, n_splits, HQ, sob, soh, D: tl.constexpr, SPAD: tl.c
     tl.store(O + b * sob + h * soh + d, out.to(O.dtype.element_ty))
 
 
-def forward(q, k, v, *, BLOCK_N: int = 64, SPLIT: int = 256, STAGES: int = 2,
-            num_warps: int = 4):
+def forward(q, k, v, lens=None, valid=None, *, BLOCK_N: int = 64, SPLIT: int = 256,
+            STAGES: int = 2, num_warps: int = 4):
     B, HQ, D = q.shape
     HKV = k.shape[1]
     L = k.shape[2]
@@ -88,7 +102,10 @@ def forward(q, k, v, *, BLOCK_N: int = 64, SPLIT: int = 256, STAGES: int = 2,
         q, k, v, mo, lo, ao, L, HKV, n_splits, SPLIT, qk_scale,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
-        GROUP=group, GPAD=gpad, D=D, BLOCK_N=BLOCK_N, STAGES=STAGES, num_warps=num_warps)
+        q if lens is None else lens, q if valid is None else valid,
+        0 if valid is None or valid.shape[0] == 1 else valid.stride(0),
+        GROUP=group, GPAD=gpad, D=D, BLOCK_N=BLOCK_N, STAGES=STAGES, HAS_LENS=lens is not None,
+        HAS_VALID=valid is not None, num_warps=num_warps)
     _fd_merge[(B * HQ,)](mo, lo, ao, out, n_splits, HQ, out.stride(0), out.stride(1), D=D,
                          SPAD=spad, num_warps=4 if spad * D >= 4096 else 2)
     return out

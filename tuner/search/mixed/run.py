@@ -31,10 +31,12 @@ def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Option
 
 
 def _llama_of(wl: Any) -> Any:
+    """The holistic workload inside `wl` (Llama, or one that declares itself `holistic` with its
+    own RUNTIME_DIMS and Runtime, as tuner.workloads.hf does), or None."""
     from tuner.workloads.llama import LlamaWorkload
 
     inner = getattr(wl, "llama", wl)
-    return inner if isinstance(inner, LlamaWorkload) else None
+    return inner if isinstance(inner, LlamaWorkload) or getattr(inner, "holistic", False) else None
 
 
 def _kernels_usable(llama: Any) -> Optional[str]:
@@ -110,14 +112,15 @@ def run_mixed_search(
     own_dims = getattr(wl, "runtime_dims", None)  # a workload with runtime settings of its own
     if runtime and llama is None and own_dims is None:
         raise BadInput("--runtime: runtime settings need a workload that has them "
-                       "(llama, sim-llama, llama-tp)")
+                       "(llama, sim-llama, deepseek, hf:<config>, llama-tp)")
     runtime_dims = {} if runtime is False else (
-        dict(own_dims) if own_dims is not None else dict(RUNTIME_DIMS) if llama is not None else {})
+        dict(own_dims) if own_dims is not None else
+        dict(getattr(llama, "RUNTIME_DIMS", RUNTIME_DIMS)) if llama is not None else {})
 
     start_table = _start_table(table)
     slots, notes = [], []
     if fams != [NONE]:
-        why = "kernel slots need the llama or sim-llama workload" if llama is None else _kernels_usable(llama)
+        why = "kernel slots need the llama, sim-llama or hf:<config> workload" if llama is None else _kernels_usable(llama)
         if why and fams:
             raise BadInput(f"--family: {why}")
         if why:
@@ -241,7 +244,7 @@ def _runtime_validator(workload: Any, llama: Any) -> Any:
         return None
     from tuner.workloads.llama import Runtime
 
-    return Runtime.from_dict
+    return getattr(llama, "Runtime", Runtime).from_dict
 
 
 def summary(trials: list[Trial], run_id: str, inc: Any, start_host: dict[str, Any],
