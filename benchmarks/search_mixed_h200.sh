@@ -19,8 +19,8 @@ export KERNELSEARCH_SANDBOX_USER=${KERNELSEARCH_SANDBOX_USER:-none}
 export PYTHONUNBUFFERED=1
 mkdir -p "$out/state"
 "$PY" -m tuner --backend real --state-dir "$out/state" search mixed --workload deepseek \
-  --knob none --family mla_decode --no-runtime --proposer coordinate --budget "$budget" \
-  --max-choices 3 --rounds 1 --repeats 2 --seed 1 --json > "$out/search-mixed.json" 2> "$out/search-mixed.err"
+  --knob none --family mla_decode --no-runtime --proposer "${PROPOSER:-coordinate}" --budget "$budget" \
+  --max-choices "${MAX_CHOICES:-3}" --rounds 1 --repeats 2 --seed 1 --json > "$out/search-mixed.json" 2> "$out/search-mixed.err"
 rc=$?
 tail -5 "$out/search-mixed.err"
 "$PY" -m tuner --state-dir "$out/state" trials --json > "$out/trials.json" 2>/dev/null

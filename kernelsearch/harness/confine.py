@@ -217,10 +217,15 @@ def enter(work: Path, user: Optional[tuple[int, int]], family: str = "",
     _env(work)
     os.chdir(work)
     os.umask(0o077)
+    drop = user is not None and os.geteuid() == 0
+    if drop or device == "cuda":
+        # the GPU runtime opens, creates and maps what it needs (device nodes, its shared
+        # memory) at its first call: done before the fences go up, or CUDA cannot start in them
+        preload(family, device)
     abi = landlock_abi()
     if abi:
         _landlock(work, abi)
-    if user is not None and os.geteuid() == 0:
-        preload(family, device)
+    if drop:
+        assert user is not None
         _drop_privileges(*user)
     return {"landlock_abi": abi, "uid": os.geteuid()}
