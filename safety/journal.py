@@ -103,7 +103,8 @@ class Journal:
         anchor and refuse a damaged one (JournalDamaged); the watchdog skips it, since it only
         ever finishes a transaction it was started for."""
         self.path = Path(path)
-        secure_dir(self.path.parent)  # a trusted dir of ours: no symlink another user planted
+        if not readonly:  # a trusted dir of ours (created if missing): no planted symlink
+            secure_dir(self.path.parent)
         self.anchor_path = anchor.path_for(self.path)
         self.readonly = readonly
         self._local = threading.local()

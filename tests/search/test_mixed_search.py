@@ -281,7 +281,8 @@ def test_kernel_slots_and_proposer_sources_go_through_the_judge_at_scale():
     from tuner.search.mixed.evaluator import MixedEvaluator
     from tuner.trial import KernelChoice
 
-    ev = SimpleNamespace(verdicts={}, isolate=False, device="cpu", judge_timeout_s=300.0)
+    ev = SimpleNamespace(verdicts={}, isolate=False, device="cpu", judge_timeout_s=300.0,
+                         _store=lambda: None)
     src = (REPO / "tests/kernelsearch/redteam/first_rows.py").read_text()
     r = MixedEvaluator.judge(ev, KernelChoice(family="softmax", variant="llm", source=src),
                              None, None)

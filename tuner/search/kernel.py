@@ -354,11 +354,13 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
 
 
 def certified_entries(family: str, rows: list[dict], device: str, isolate: bool = True,
-                      timeout_s: float = 300.0) -> tuple[list, list[dict]]:
+                      timeout_s: float = 300.0, source_of: Any = None, margin: float = 0.02,
+                      table_device: str = "") -> tuple[list, list[dict]]:
     """The dispatch entries the rows imply, each certified at its largest point: a range runs
     to the midpoint between buckets, so the judge checks the kernel there (correctness in the
     table's dtype) before the table may cover it. A kernel that fails there loses its bucket
-    (torch keeps the range). Returns (entries, the range checks made)."""
+    (torch keeps the range). Returns (entries, the range checks made). `source_of(variant)`:
+    the source of a variant that is no shipped file (a stored `src:<sha256>`)."""
     from kernelsearch.families import get
     from kernelsearch.harness import check
     from kernelsearch.table import build, evidence_of, plan, uncertified
@@ -371,9 +373,11 @@ def certified_entries(family: str, rows: list[dict], device: str, isolate: bool 
         own = [(r["variant"], r["config"], r["dtype"], s) for r in rows for s in r["checked"]]
         todo = uncertified(plan(family, rows), evidence_of(checked + own))
         if not todo:
-            return build(family, rows, checked=checked), made
+            return build(family, rows, margin=margin, device=table_device, checked=checked), made
         for e, pt in todo:
-            v = check(family, fam.variants[e.variant].file, e.config, device=device,
+            src = source_of(e.variant) if source_of is not None and e.variant not in fam.variants \
+                else fam.variants[e.variant].file
+            v = check(family, src, e.config, device=device,
                       isolate=isolate, timeout_s=timeout_s, dtypes=[e.dtype], shapes=[pt],
                       seeds=1, random_shapes=0, timing=False)
             made.append({"variant": e.variant, "config": e.config, "dtype": e.dtype,

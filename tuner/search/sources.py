@@ -220,7 +220,7 @@ class SourceEvaluator:
     def _carve(self, sha: str, config: dict, per_bucket: dict[str, dict]) -> list[Any]:
         """Entries where it wins: ranges run to the geometric midpoints between measured
         buckets (table.build), never into a bucket it lost."""
-        from kernelsearch.table import build
+        from tuner.search.kernel import certified_entries
 
         rows = []
         for b in self.buckets:
@@ -228,8 +228,13 @@ class SourceEvaluator:
             t = (r["median_us"] or 0.0) * 1e-6
             rows.append({"shape": list(b), "dtype": self.dtype,
                          "variant": f"src:{sha}" if r["wins"] else None, "config": dict(config),
-                         "time_s": t, "baseline_s": t * r["speedup"]})
-        return build(self.family, rows, margin=self.noise, device=self.device)
+                         "time_s": t, "baseline_s": t * r["speedup"],
+                         "checked": [list(b)]})  # the judge checked and timed every bucket
+        # a range runs to the midpoint between buckets: checked there before the table covers it
+        entries, _ = certified_entries(self.family, rows, self.device, isolate=True,
+                                       source_of=lambda v: self.store.source(sha),
+                                       margin=self.noise, table_device=self.device)
+        return entries
 
     @staticmethod
     def _summary(per_bucket: dict[str, dict]) -> str:
