@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from kernelsearch.shipped import gpu_slug, shipped_table  # noqa: F401  (this module's API too)
+
 ATTN = "metaltune"
-_SHIPPED = Path(__file__).resolve().parents[2] / "host_profiles" / "kernels"
+
 _rope_refs: dict[str, list] = {}  # modeling module -> [original function, patched model count]
 
 
@@ -66,28 +68,6 @@ def _require_transformers() -> Any:
         raise ImportError("kernelsearch.integrations.transformers needs transformers: "
                           "pip install 'metaltune[hf]'") from None
     return transformers
-
-
-def gpu_slug(name: str) -> str:
-    """'NVIDIA H200' -> 'h200' (the shipped tables' file names)."""
-    words = [w for w in name.lower().replace("-", " ").split() if w not in ("nvidia", "geforce")]
-    return "".join(words[:1]) or name.lower()
-
-
-def shipped_table(device_name: Optional[str] = None) -> Optional[Path]:
-    """The shipped table for this GPU: host_profiles/kernels/<gpu>-graphs.json (decode under CUDA
-    graphs, transformers' compiled fast path), else <gpu>.json; None without a GPU or a table."""
-    if device_name is None:
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        device_name = torch.cuda.get_device_name()
-    slug = gpu_slug(device_name)
-    for p in (_SHIPPED / f"{slug}-graphs.json", _SHIPPED / f"{slug}.json"):
-        if p.is_file():
-            return p
-    return None
 
 
 # -- attention ---------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ def search_mixed_cmd(
     repeats: int = typer.Option(3, "--repeats", help="Repeats inside each measurement."),
     max_choices: int = typer.Option(6, "--max-choices", help="Values per kernel slot, torch included."),
     table: Optional[str] = typer.Option(None, "--table", help="Start from this dispatch table (JSON)."),
+    suggest: Optional[list[str]] = typer.Option(None, "--suggest-table", help="Tables whose choices become slot choices and the first candidate: 'auto' (default: the ones shipped for this GPU), 'none', or JSON paths; repeatable."),
     workload: Optional[str] = typer.Option(None, "--workload", help="sim-llama (sim host default) | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | sim | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
     timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), help="Per measurement."),
@@ -69,7 +70,7 @@ def search_mixed_cmd(
     res = invoke(settings(ctx), "search_mixed", budget=budget, proposer=proposer,
                      policy=policy, knobs=knobs, families=families, runtime=runtime, seed=seed,
                      rounds=rounds, repeats=repeats, max_choices=max_choices, table=table,
-                     workload=workload, metric_regex=metric_regex, timeout_s=timeout_s)
+                     suggest=suggest, workload=workload, metric_regex=metric_regex, timeout_s=timeout_s)
     if as_json:
         print(json.dumps(res, indent=2, default=str))
         return

@@ -21,6 +21,8 @@ class RandomProposer(Proposer):
         p = self.random_point(self.rng, avoid=self.seen)
         self.seen.add(self.space.key(p))
         return p
+    def observe(self, point: Point, score: Optional[float], trial: Trial) -> None:
+        self.seen.add(self.space.key(point))  # told, whoever asked it (tuner.proposers.seeded)
 
 
 def grid_levels(sizes: list[int], budget: Optional[int]) -> list[int]:
@@ -109,6 +111,8 @@ class CoordinateProposer(Proposer):
         self.queue: list[Point] = []
         self.dim_i = -1
         self.seen: set[str] = set()
+        if start and set(start) >= set(space.names):
+            self.seen.add(space.key(self.best))  # the incumbent: measured as the baseline
         self.rng = random.Random(seed)
 
     def _sweep(self) -> list[Point]:
@@ -141,11 +145,15 @@ class CoordinateProposer(Proposer):
         return p
 
     def observe(self, point: Point, score: Optional[float], trial: Trial) -> None:
+        self.seen.add(self.space.key(point))  # told, whoever asked it (tuner.proposers.seeded)
         # Move to a point the loop kept (better than the incumbent beyond noise). Where the caller
         # gives no keep verdicts at all (e.g. a plain objective search), move to the best score.
         if trial.verdict == "kept":
             self.kept_seen = True
             self.best, self.best_score = dict(point), score
+        elif trial.incumbent is not None:
+            pass  # judged against an incumbent and not kept: the sweep stays on the incumbent
+            # (moving to a reverted point would carry its change into every later candidate)
         elif (not getattr(self, "kept_seen", False) and score is not None
               and trial.verdict != "rolled_back"
               and (self.best_score is None or score > self.best_score)):

@@ -17,6 +17,7 @@ from tuner.errors import BadInput
 from tuner.trial import Trial
 
 NONE = "none"  # --knob none / --family none: leave that kind out
+AUTO = "auto"  # --suggest-table auto: the tables shipped for this GPU
 
 
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
@@ -61,13 +62,34 @@ def _start_table(table: Optional[str]) -> Any:
         raise BadInput(f"--table: {e}") from None
 
 
+def _suggest_tables(suggest: Optional[list[str]]) -> list[Any]:
+    """--suggest-table: "auto" (the tables shipped for this process's GPU; none without one),
+    "none", or table paths, in the order a slot takes their choices."""
+    from kernelsearch.shipped import shipped_tables
+    from kernelsearch.table import DispatchTable, TableError
+
+    names = list(suggest or [AUTO])
+    if (AUTO in names or NONE in names) and len(names) > 1:
+        raise BadInput("--suggest-table: 'auto' and 'none' cannot be combined with other values")
+    if names == [NONE]:
+        return []
+    paths = shipped_tables() if names == [AUTO] else names
+    out = []
+    for p in paths:
+        try:
+            out.append(DispatchTable.load(p))
+        except TableError as e:
+            raise BadInput(f"--suggest-table: {e}") from None
+    return out
+
+
 def run_mixed_search(
     settings: Any, budget: int = 20, proposer: str = "random", policy: Optional[str] = None,
     knobs: Optional[list[str]] = None, families: Optional[list[str]] = None,
     runtime: Optional[bool] = None, seed: int = 0, repeats: int = 3, rounds: int = 3,
     workload: Optional[str] = None, metric_regex: Optional[str] = None, timeout_s: float = 600.0,
     max_choices: int = 6, table: Optional[str] = None, isolate: Optional[bool] = None,
-    on_trial: Optional[Callable[[Trial], None]] = None,
+    on_trial: Optional[Callable[[Trial], None]] = None, suggest: Optional[list[str]] = None,
 ) -> dict[str, Any]:
     from tuner import proposers
     from tuner.knobs import registry
@@ -118,6 +140,7 @@ def run_mixed_search(
         dict(getattr(llama, "RUNTIME_DIMS", RUNTIME_DIMS)) if llama is not None else {})
 
     start_table = _start_table(table)
+    suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     slots, notes = [], []
     if fams != [NONE]:
         why = "kernel slots need the llama, sim-llama or hf:<config> workload" if llama is None else _kernels_usable(llama)
@@ -130,7 +153,8 @@ def run_mixed_search(
             from tuner.search.mixed.space import stored_sources
 
             slots = kernel_slots(trace_kernel_calls(llama), fams, max_choices, start_table,
-                                 sources=stored_sources(store_in(settings.state_dir)))
+                                 sources=stored_sources(store_in(settings.state_dir)),
+                                 suggest=suggestions)
             missing = sorted(set(fams or []) - {s.family for s in slots})
             if missing:
                 raise BadInput(f"--family {missing[0]}: this workload makes no {missing[0]} call "
@@ -142,7 +166,7 @@ def run_mixed_search(
 
     guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy)  # BadInput: policy
     try:
-        res = _run(host, guard, wl, chosen, runtime_dims, slots, start_table,
+        res = _run(host, guard, wl, chosen, runtime_dims, slots, start_table, suggestions,
                     budget=budget, proposer=proposer, seed=seed, repeats=repeats, rounds=rounds,
                     timeout_s=timeout_s, isolate=isolate, on_trial=on_trial,
                     meta={"knobs": sorted(chosen), "families": fams, "workload": workload or
@@ -187,12 +211,14 @@ def build_evaluator(knobs: dict[str, Any], workload: Any, guard: Any,
 
 
 def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
-         runtime_dims: dict[str, list[Any]], slots: list[Any], start_table: Any, *, budget: int,
+         runtime_dims: dict[str, list[Any]], slots: list[Any], start_table: Any,
+         suggestions: list[Any], *, budget: int,
          proposer: str, seed: int, repeats: int, rounds: int, timeout_s: float,
          isolate: Optional[bool], on_trial: Optional[Callable[[Trial], None]],
          meta: dict[str, Any]) -> dict[str, Any]:
     from tuner.proposers import SearchSpace, make
     from tuner.proposers.llm.context import host_context
+    from tuner.proposers.seeded import seeded
     from tuner.search import loop
     from tuner.search.store import TrialStore
 
@@ -213,6 +239,9 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     elif proposer == "coordinate":
         kw = {"points_per_sweep": 3}  # many dims of few values: short sweeps
     prop = make(proposer, space, seed=seed, budget=budget, **kw)
+    seeds = _suggested_points(joint, suggestions) if space is joint.space else []
+    prop = seeded(prop, seeds, rationale="the dispatch table shipped for this GPU, every slot "
+                                         "it covers")
     t0 = time.time()
     base = ev.measure_incumbent()
     with TrialStore.in_state_dir(guard.state_dir) as store:
@@ -227,6 +256,18 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     final.save(out)
     return summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
                    round(time.time() - t0, 2))
+
+
+def _suggested_points(joint: Any, suggestions: list[Any]) -> list[dict[str, Any]]:
+    """The incumbent with every slot a suggestion table covers set to its choice: one point,
+    none when the tables change nothing (or the incumbent has no point: unsearchable host)."""
+    from tuner.search.mixed.space import suggested_point
+
+    change = suggested_point(joint.slots, joint.incumbent.kernels, suggestions)
+    p = joint.incumbent_point(partial=True)
+    if not change or p is None or set(p) != set(joint.space.names):
+        return []
+    return [{**p, **change}]
 
 
 def _runtime_settings(workload: Any, llama: Any) -> dict[str, Any]:

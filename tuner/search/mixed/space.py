@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from tuner.knobs.base import values_equal
 from tuner.proposers.base import Dim, Point, SearchSpace
@@ -133,11 +133,15 @@ def trace_kernel_calls(llama: Any) -> dict[tuple[str, str, tuple[int, ...]], int
 
 def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Optional[list[str]],
                  max_choices: int = 6, start_table: Any = None,
-                 sources: Optional[dict[str, list[tuple[str, dict[str, Any]]]]] = None) -> list[Slot]:
+                 sources: Optional[dict[str, list[tuple[str, dict[str, Any]]]]] = None,
+                 suggest: Sequence[Any] = ()) -> list[Slot]:
     """Slots for the traced calls of `families` (all when None) in a dtype the family takes
     (on the CPU: Triton's interpreter runs them). Choices: "torch", the start table's choice,
+    the choice of each `suggest` table (the tables shipped for this GPU) that covers the shape,
     the family's stored sources (`sources`: family -> [("src:<sha256>", config)], see
-    `stored_sources`), then evenly spaced valid configs of the family's space at that shape."""
+    `stored_sources`), then evenly spaced valid configs of the family's space at that shape.
+    The suggested choices count towards `max_choices` but are never cut: a table measured for
+    this GPU is the first thing worth measuring."""
     from kernelsearch.families import get
     from tuner.proposers.classic import spread
 
@@ -154,11 +158,32 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
         slot = Slot(family, dtype, tuple(shape), ())
         start = slot.covered_by(start_table)
         picks = [TORCH] + ([start] if start != TORCH else [])
+        for t in suggest:
+            v = slot.covered_by(t)
+            if v not in picks and (v.startswith("src:") or parse_label(v)[0] is None
+                                   or parse_label(v) in fam.space(shape)):
+                picks.append(v)  # a config outside the family's space now would fail the gate
         picks += [x for x in (label(v, c) for v, c in (sources or {}).get(family, []))
                   if x not in picks][:max(0, max_choices - len(picks) - 1)]
         rest = [c for c in configs if c not in picks]
         picks += spread(rest, max(0, max_choices - len(picks)))
         out.append(Slot(family, dtype, tuple(shape), tuple(picks)))
+    return out
+
+
+def suggested_point(slots: Sequence[Slot], incumbent: dict[str, str],
+                    suggest: Sequence[Any]) -> dict[str, str]:
+    """{slot name: label} of the suggestion tables' choices where they differ from the
+    incumbent's (the first table covering a slot decides it): one candidate that applies the
+    shipped table to every slot it covers, measured before the proposer's own."""
+    out = {}
+    for s in slots:
+        for t in suggest:
+            v = s.covered_by(t)
+            if v != TORCH:
+                if v in s.choices and v != incumbent.get(s.name, TORCH):
+                    out[s.name] = v
+                break
     return out
 
 

@@ -1,0 +1,140 @@
+"""Does a kept dispatch table reproduce, outside the search, the gain the search measured?
+
+The table a `metaltune search mixed` run wrote (STATE_DIR/kernels/mixed-<run>.json) is installed
+into a fresh workload process and A/B-measured against the plain path (no table: the torch ops),
+pairs in ABBA order, per size; beside it the search's own numbers (the baseline it measured
+first, and the kept trials' candidate medians) when its trials JSON is given.
+
+    python3 benchmarks/bench_kept_table.py --workload deepseek --table T [--trials trials.json]
+        [--pairs 2] [--repeats 3] [--out DIR]
+
+Workloads: llama, deepseek, deepseek-v3.2 (GPU presets on a GPU, tiny on the CPU), hf:<config>.
+Needs torch (and transformers for hf:); no pydantic: runs on the bare GPU machine."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def make(workload: str):
+    import torch
+
+    gpu = torch.cuda.is_available()
+    if workload in ("deepseek", "deepseek-v3.2"):
+        from tuner.workloads.deepseek import DeepSeekConfig, DeepSeekWorkload
+
+        preset = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
+                  ("deepseek-v3.2", True): "deepseek-v3.2-3l",
+                  ("deepseek-v3.2", False): "tiny-v3.2"}[(workload, gpu)]
+        return DeepSeekWorkload(DeepSeekConfig.preset(preset))
+    if workload == "llama":
+        from tuner.workloads.llama import LlamaWorkload
+
+        return LlamaWorkload()
+    if workload.startswith("hf:"):
+        from tuner.workloads.hf import HFWorkload
+
+        return HFWorkload(workload)
+    raise SystemExit(f"--workload: expected llama, deepseek, deepseek-v3.2 or hf:<config>, got {workload!r}")
+
+
+def _fields(runtime) -> dict:
+    from dataclasses import asdict
+
+    return asdict(runtime)
+
+
+def per_size(wl, repeats: int) -> dict[str, float]:
+    """One measurement: per-size medians (the workload's own timing, outputs checked first)."""
+    res = wl.bench.run(wl.runtime, repeats=repeats)
+    return {k: statistics.median(v) for k, v in res["per_size_samples"].items()}
+
+
+def search_numbers(path: str) -> dict[str, dict[str, float]]:
+    """From `metaltune trials --json`: the run's baseline per size and, per size, the candidate
+    median of the last kept trial that measured it."""
+    doc = json.loads(Path(path).read_text())
+    run = doc["runs"][-1]
+    out = {"search baseline": dict(run["meta"]["baseline"].get("per_size") or {})}
+    kept: dict[str, float] = {}
+    for t in doc["trials"]:
+        if t.get("verdict") == "kept":
+            for k, v in ((t.get("measurements") or {}).get("holistic") or {}).get("per_size", {}).items():
+                if isinstance(v, dict) and v.get("candidate") is not None:
+                    kept[k] = v["candidate"]
+    out["search kept"] = kept
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--table", required=True, help="the kept dispatch table (JSON)")
+    ap.add_argument("--trials", help="`metaltune trials --json` of the search, for its numbers")
+    ap.add_argument("--runtime", default="{}",
+                    help="the kept runtime settings (JSON, the search's kept.runtime): both sides run them")
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", help="write kept-table.json here")
+    a = ap.parse_args()
+
+    from kernelsearch import dispatch
+    from kernelsearch.table import DispatchTable, TableError
+
+    try:
+        table = DispatchTable.load(a.table)
+    except (TableError, OSError) as e:
+        print(f"--table: {e}", file=sys.stderr)
+        return 2
+    wl = make(a.workload)
+    try:
+        wl.configure({**wl.runtime_settings(), **json.loads(a.runtime)} if hasattr(wl, "runtime_settings")
+                     else {**_fields(wl.runtime), **json.loads(a.runtime)})
+    except ValueError as e:
+        print(f"--runtime: {e}", file=sys.stderr)
+        return 2
+    sides = {"plain": None, "kept table": table}
+    samples: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
+    checks = {}
+    t0 = time.time()
+    for i in range(a.pairs):
+        for side in (("plain", "kept table") if i % 2 == 0 else ("kept table", "plain")):
+            dispatch.install(sides[side])
+            wl.dispatch_changed()
+            if side == "kept table" and wl.check_outputs:
+                checks[side] = wl.check()  # the workload's own output check against plain torch
+            samples[side].append(per_size(wl, a.repeats))
+    sizes = list(samples["plain"][0])
+    med = {s: {k: statistics.median(m[k] for m in samples[s]) for k in sizes} for s in sides}
+    rows = dict(med)
+    if a.trials:
+        rows.update(search_numbers(a.trials))
+    print(f"{a.workload}: {len(table.entries)} table entries, runtime {a.runtime}, {a.pairs} ABBA "
+          f"pairs x {a.repeats} repeats, {time.time() - t0:.0f} s; tokens/s per size (median)")
+    print("| row | " + " | ".join(sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name, vals in rows.items():
+        print(f"| {name} | " + " | ".join(f"{vals[k]:.0f}" if k in vals else "-" for k in sizes) + " |")
+    gain = {k: med["kept table"][k] / med["plain"][k] for k in sizes}
+    print("| gain here (kept / plain) | " + " | ".join(f"{gain[k]:.2f}x" for k in sizes) + " |")
+    if a.trials and rows.get("search kept") and rows.get("search baseline"):
+        sg = {k: rows["search kept"][k] / rows["search baseline"][k] for k in sizes
+              if k in rows["search kept"] and k in rows["search baseline"]}
+        print("| gain in the search | " + " | ".join(f"{sg[k]:.2f}x" if k in sg else "-" for k in sizes) + " |")
+    print("output check:", json.dumps(checks.get("kept table"), default=str))
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "kept-table.json").write_text(json.dumps(
+            {"workload": a.workload, "table": a.table, "samples": samples, "medians": rows,
+             "gain": gain, "check": checks.get("kept table")}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
