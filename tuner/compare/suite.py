@@ -174,14 +174,9 @@ def launch(name: str, cfg: Config, cuda: bool, graph: bool) -> Metric:
 
     fn = body
     if graph:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            body()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            body()
+        from tuner.workloads.graphs import capture
+
+        g, _ = capture(body)
         fn = g.replay
     # samples in kernels per second -> us per kernel
     m.samples = [1e6 / x for x in _repeat(cfg, fn, 20, float(k), warmup=3)]

@@ -626,20 +626,12 @@ class DecodeRunner:
             self._fn = lambda: model.decode_step(self.ops, self.tokens, self.pos, self.cache)
 
     def prepare(self, warmup: int = 2) -> "DecodeRunner":
-        import torch
-
         t0 = time.perf_counter()
         dev = self.model.device
         if self.graphed and dev.type == "cuda":
-            s = torch.cuda.Stream(device=dev)
-            s.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(s):
-                for _ in range(max(1, warmup)):
-                    self._fn()
-            torch.cuda.current_stream(dev).wait_stream(s)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.out = self._fn()
+            from tuner.workloads.graphs import capture
+
+            self.graph, self.out = capture(self._fn, warmup, dev)
         else:
             if self.rt.compile_mode:  # compile, then cudagraph-tree warm-up and recording
                 warmup = max(warmup, 3)
