@@ -81,7 +81,7 @@ def main() -> int:
                     help="the kept runtime settings (JSON, the search's kept.runtime): both sides run them")
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", help="write kept-table.json here")
+    ap.add_argument("--out", help="write replay.json here")
     a = ap.parse_args()
 
     from kernelsearch import dispatch
@@ -130,7 +130,7 @@ def main() -> int:
     print("output check:", json.dumps(checks.get("kept table"), default=str))
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "kept-table.json").write_text(json.dumps(
+        (Path(a.out) / "replay.json").write_text(json.dumps(
             {"workload": a.workload, "table": a.table, "samples": samples, "medians": rows,
              "gain": gain, "check": checks.get("kept table")}, indent=1, default=str))
     return 0

@@ -68,7 +68,7 @@ table=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["table"])'
 kept_rt=$("$PY" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["kept"]["runtime"]))' "$out/search-mixed.json" 2>/dev/null)
 [ -n "$kept_rt" ] || kept_rt='{}'
 if [ -n "$table" ] && [ -f "$table" ]; then
-  cp "$table" "$out/kept-table.json"
+  cp "$table" "$out/table.json"  # the kept dispatch table
   case "$wl" in
     hf:*)
       spec=${wl#hf:}; cfg=${spec%%:*}; layers=$(echo "$spec" | sed -n 's/.*layers=\([0-9]*\).*/\1/p')
