@@ -27,7 +27,6 @@ NAMESPACE = "metaltune"
 CACHE_OP = "decode_attention_cache"
 
 _ops: dict[str, Any] = {}
-_arange: dict[tuple, Any] = {}
 
 
 def _param_names(fam: Any) -> list[str]:
@@ -131,11 +130,11 @@ def _lengths(valid: Any, batch: int) -> Any:
     device, with no host sync (a CUDA graph captures it)."""
     import torch
 
-    L = valid.shape[-1]
-    key = (L, valid.device)
-    if key not in _arange:
-        _arange[key] = torch.arange(1, L + 1, dtype=torch.int32, device=valid.device)
-    lens = (valid.to(torch.int32) * _arange[key]).amax(-1).to(torch.int32)
+    # a fresh arange per call, never a cached one: a tensor created lazily inside a CUDA graph
+    # (inductor's cudagraph trees record in a private pool) and kept past the step is a live
+    # allocation the pool does not track, and the next recording fails (seen on the H200)
+    pos = torch.arange(1, valid.shape[-1] + 1, dtype=torch.int32, device=valid.device)
+    lens = (valid.to(torch.int32) * pos).amax(-1).to(torch.int32)
     return lens.expand(batch).contiguous() if lens.shape[0] != batch else lens
 
 

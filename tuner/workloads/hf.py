@@ -303,8 +303,19 @@ class Bench:
     def _apply(self, rt: Runtime) -> None:
         table = self.dispatch.installed() if (rt.metaltune and self.dispatch is not None) else None
         if self.model.set_patch(table is not None, table):
-            self._runners.clear()  # graphs captured with the other forwards
+            self._forget_compiled()  # graphs captured with the other forwards
+
+    def _forget_compiled(self) -> None:
+        """Drop the runners and compiled steps, and dynamo's caches with them: every patch
+        switch compiles the same `forward` code again, and past dynamo's recompile limit (8)
+        it silently runs eager, which on the H200 made an A/B's incumbent 8x slower after a
+        few trials."""
+        self._runners.clear()
+        if self._compiled:
+            import torch
+
             self._compiled.clear()
+            torch._dynamo.reset()  # also frees the cudagraph trees of the dropped steps
 
     def runner(self, rt: Runtime, kind: str, batch: int, ctx: int) -> Any:
         self._apply(rt)
@@ -321,8 +332,7 @@ class Bench:
 
     def drop(self, rt: Optional[Runtime] = None) -> None:
         if rt is None:
-            self._runners.clear()
-            self._compiled.clear()
+            self._forget_compiled()
         else:
             for k in [k for k in self._runners if k[0] == rt.key()]:
                 del self._runners[k]
