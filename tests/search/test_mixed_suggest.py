@@ -142,3 +142,23 @@ def test_the_coordinate_sweep_stays_on_the_incumbent_after_a_revert():
         changed = {k for k, v in c.knobs.items() if v != {"a": 1, "b": "x"}[k]}
         assert len(changed) == 1, c.knobs  # one change over the incumbent, never two
         p.tell(Trial(candidate=c, verdict="reverted", reason="worse", objective=3.0, incumbent=4.0))
+
+
+def test_a_slot_offers_only_the_variants_its_call_path_runs():
+    """The HF patch's static-cache attention runs flashdec only: a splitkv choice in its slot
+    would be measured as the torch path (on the H200 one such no-op was "kept" on noise)."""
+    from kernelsearch.table import DispatchTable
+    from tuner.search.mixed.space import TORCH, kernel_slots, parse_label
+    from tuner.workloads.hf import HFWorkload
+
+    call = ("decode_attention", "bfloat16", (8, 32, 8, 4104, 128))
+    free = kernel_slots([call], None, max_choices=6)[0]
+    assert {parse_label(v)[0] for v in free.choices[1:]} > {"flashdec"}  # splitkv too
+    (slot,) = kernel_slots([call], None, max_choices=6, variants=HFWorkload.KERNEL_VARIANTS)
+    assert slot.choices[0] == TORCH and len(slot.choices) == 6
+    assert {parse_label(v)[0] for v in slot.choices[1:]} == {"flashdec"}
+    # a suggestion table's entry in another variant is no choice either
+    other = slot.entry(free.choices[[parse_label(v)[0] for v in free.choices].index("splitkv")])
+    (slot2,) = kernel_slots([call], None, max_choices=2, variants=HFWorkload.KERNEL_VARIANTS,
+                            suggest=[DispatchTable([other])])
+    assert parse_label(slot2.choices[1])[0] == "flashdec"

@@ -411,6 +411,9 @@ class HFWorkload:
 
     holistic = True  # takes runtime settings and kernel slots in a mixed search
     RUNTIME_DIMS = RUNTIME_DIMS
+    # the patch's static-cache attention runs only flashdec (masked lengths read on the device;
+    # kernelsearch.ops.decode_attention_cache): other variants' entries would leave it on torch
+    KERNEL_VARIANTS = {"decode_attention": ("flashdec",)}
     Runtime = Runtime
 
     def __init__(self, spec: str = "tiny-llama", contexts: Optional[Sequence[int]] = None,

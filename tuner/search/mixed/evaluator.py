@@ -117,6 +117,10 @@ class MixedEvaluator:
                     return GateResult(gate="known", passed=False, code="out_of_domain",
                                       detail=f"{k.family} {k.variant[:16]}... is not a stored "
                                              f"source of slot {s.bucket}")
+            elif k.variant is not None and s.variants is not None and k.variant not in s.variants:
+                return GateResult(gate="known", passed=False, code="out_of_domain",
+                                  detail=f"{k.family} {k.variant}: this workload's call path "
+                                         f"runs only {', '.join(s.variants)} at {s.bucket}")
             elif k.variant is not None and (k.variant, k.config) not in get(k.family).space(s.shape):
                 return GateResult(gate="known", passed=False, code="out_of_domain",
                                   detail=f"{k.family} {k.variant} {k.config} is not a valid "

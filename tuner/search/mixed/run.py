@@ -154,7 +154,8 @@ def run_mixed_search(
 
             slots = kernel_slots(trace_kernel_calls(llama), fams, max_choices, start_table,
                                  sources=stored_sources(store_in(settings.state_dir)),
-                                 suggest=suggestions)
+                                 suggest=suggestions,
+                                 variants=getattr(llama, "KERNEL_VARIANTS", None))
             missing = sorted(set(fams or []) - {s.family for s in slots})
             if missing:
                 raise BadInput(f"--family {missing[0]}: this workload makes no {missing[0]} call "

@@ -54,6 +54,7 @@ class Slot:
     dtype: str
     shape: tuple[int, ...]
     choices: tuple[str, ...]  # labels, "torch" first
+    variants: Optional[tuple[str, ...]] = None  # the only variants this slot's call path runs
 
     @property
     def bucket(self) -> str:
@@ -134,14 +135,17 @@ def trace_kernel_calls(llama: Any) -> dict[tuple[str, str, tuple[int, ...]], int
 def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Optional[list[str]],
                  max_choices: int = 6, start_table: Any = None,
                  sources: Optional[dict[str, list[tuple[str, dict[str, Any]]]]] = None,
-                 suggest: Sequence[Any] = ()) -> list[Slot]:
+                 suggest: Sequence[Any] = (),
+                 variants: Optional[dict[str, Sequence[str]]] = None) -> list[Slot]:
     """Slots for the traced calls of `families` (all when None) in a dtype the family takes
     (on the CPU: Triton's interpreter runs them). Choices: "torch", the start table's choice,
     the choice of each `suggest` table (the tables shipped for this GPU) that covers the shape,
     the family's stored sources (`sources`: family -> [("src:<sha256>", config)], see
     `stored_sources`), then evenly spaced valid configs of the family's space at that shape.
     The suggested choices count towards `max_choices` but are never cut: a table measured for
-    this GPU is the first thing worth measuring."""
+    this GPU is the first thing worth measuring. `variants` (family -> names) limits a family to
+    the variants the workload's call path runs (the HF patch's static-cache attention runs only
+    flashdec): any other choice would be measured as the torch path, a no-op change."""
     from kernelsearch.families import get
     from tuner.proposers.classic import spread
 
@@ -152,22 +156,24 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
         fam = get(family)
         if dtype not in fam.dtypes:
             continue
-        configs = [label(v, c) for v, c in fam.space(shape)]
+        allowed = tuple((variants or {}).get(family, ())) or None
+        configs = [label(v, c) for v, c in fam.space(shape) if allowed is None or v in allowed]
         if not configs:
             continue
-        slot = Slot(family, dtype, tuple(shape), ())
+        slot = Slot(family, dtype, tuple(shape), (), allowed)
         start = slot.covered_by(start_table)
         picks = [TORCH] + ([start] if start != TORCH else [])
         for t in suggest:
             v = slot.covered_by(t)
             if v not in picks and (v.startswith("src:") or parse_label(v)[0] is None
-                                   or parse_label(v) in fam.space(shape)):
+                                   or (parse_label(v) in fam.space(shape)
+                                       and (allowed is None or parse_label(v)[0] in allowed))):
                 picks.append(v)  # a config outside the family's space now would fail the gate
         picks += [x for x in (label(v, c) for v, c in (sources or {}).get(family, []))
                   if x not in picks][:max(0, max_choices - len(picks) - 1)]
         rest = [c for c in configs if c not in picks]
         picks += spread(rest, max(0, max_choices - len(picks)))
-        out.append(Slot(family, dtype, tuple(shape), tuple(picks)))
+        out.append(Slot(family, dtype, tuple(shape), tuple(picks), allowed))
     return out
 
 
