@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from tuner.workloads.llama import SizeGrid, _sync, _Timer, rel_err, size_key
+from tuner.workloads.llama import SizeGrid, _sync, _Timer, rel_err, size_key, warm
 
 # Small dicts, as a config.json holds them (AutoConfig.for_model); `layers=N` overrides the depth.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -362,6 +362,7 @@ class Bench:
                 r = self.runner(rt, kind, b, ctx)
                 setup[key] = r.setup_s
                 steps = self.grid.decode_steps if kind == "decode" else 1
+                warm(r.step, self.model.device)
                 per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
         return {"per_size_samples": per, "setup_s": setup, "skipped": skipped}
 

@@ -509,6 +509,23 @@ def _sync(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
+#: GPU time run untimed before each size's samples: after a side switch (a re-capture, a
+#: recompile: seconds of CPU work) the GPU has dropped to idle clocks, and a 20-step sample of a
+#: 1 ms step is over before it clocks up (on the H200 such first samples read 30-40% low)
+WARM_S = 0.2
+
+
+def warm(fn: Callable[[], Any], device: Any, seconds: float = WARM_S) -> None:
+    """Run `fn` until `seconds` of device time have passed (nothing on the CPU)."""
+    if device.type != "cuda":
+        return
+    t = _Timer(device)
+    spent, n = 0.0, 1
+    while spent < seconds:
+        spent += t(fn, n)
+        n = min(2 * n, 64)
+
+
 class _Timer:
     """Wall time of a region: CUDA events on a GPU, perf_counter on the CPU."""
 
@@ -828,6 +845,7 @@ class Bench:
                 r = self.runner(rt, kind, b, ctx)
                 setup[key] = r.setup_s
                 steps = self.grid.decode_steps if kind == "decode" else 1
+                warm(r.step, self.model.device)
                 per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
         return {"per_size_samples": per, "setup_s": setup, "skipped": skipped}
 
