@@ -162,14 +162,7 @@ class DeepSeek:
             self._rope = (ang.cos().float().to(self.device), ang.sin().float().to(self.device))
         return self._rope
 
-    @staticmethod
-    def apply_rope(x: Any, cos: Any, sin: Any) -> Any:
-        import torch
-
-        h = x.shape[-1] // 2
-        xf = x.float()
-        x1, x2 = xf[..., :h], xf[..., h:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+    apply_rope = staticmethod(_llama.Llama.apply_rope)  # the same half rotation, fp32 math
 
     # -- the paged cache -------------------------------------------------------------------------
     def new_cache(self, batch: int, length: int, fill: str = "random",

@@ -21,13 +21,12 @@ No pydantic here (this module runs on the bare GPU machine); `HFWorkload.measure
 `tuner.trial.Measurement` lazily, as LlamaWorkload does."""
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, SizeGrid, _sync,
-                                      auto_device, size_grid, time_sizes)
+from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, RuntimeSettings, SizeGrid,
+                                      _sync, auto_device, size_grid, time_sizes)
 from tuner.workloads.llama import _Timer, default_tolerance, rel_err
 
 # Small dicts, as a config.json holds them (AutoConfig.for_model); `layers=N` overrides the depth.
@@ -89,7 +88,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 @dataclass
-class Runtime:
+class Runtime(RuntimeSettings):
     """A candidate's runtime settings for this workload (Candidate.runtime)."""
 
     compile: bool = True  # decode through torch.compile(mode="reduce-overhead", fullgraph=True)
@@ -97,19 +96,11 @@ class Runtime:
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Runtime":
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"runtime: unknown setting(s) {', '.join(unknown)}; "
-                             f"expected some of {', '.join(sorted(known))}")
+        d = cls.known(d)
         for k, v in d.items():
             if not isinstance(v, bool):
                 raise ValueError(f"runtime.{k}: expected true or false, got {v!r}")
         return cls(**d)
-
-    def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
 
 #: what a mixed search may change in this workload

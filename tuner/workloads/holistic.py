@@ -18,10 +18,11 @@ lazily.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence, TypeVar
 
 from tuner.errors import WorkloadBroken, WorkloadFailed
@@ -50,6 +51,24 @@ class Presets:
         if isinstance(model, str):
             return cls.preset(model)
         return model if isinstance(model, cls) else cls(**dict(model))
+
+
+class RuntimeSettings:
+    """`known(d)` and `key()` for a workload's runtime dataclass (Candidate.runtime)."""
+
+    @classmethod
+    def known(cls, d: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+        """`d` as a dict of this class's fields; unknown keys refused (ValueError naming them)."""
+        d = dict(d or {})
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"runtime: unknown setting(s) {', '.join(unknown)}; "
+                             f"expected some of {', '.join(sorted(names))}")
+        return d
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)  # type: ignore[call-overload]
 
 
 # -- the size grid -------------------------------------------------------------------------------
@@ -281,7 +300,8 @@ class HolisticWorkload:
             if not run_failure(e):
                 raise
             failure = f"{self.name}: {where()}: {first_line(e)}"
-            log.debug("%s\n%s", failure, traceback.format_exc())
+            if log.isEnabledFor(logging.DEBUG):  # the whole traceback, as text only
+                log.debug("%s\n%s", failure, traceback.format_exc())
         # outside the handler, so the traceback and the runner objects its frames hold are
         # gone before the memory is freed
         self._recover(failure)

@@ -22,14 +22,13 @@ builds `tuner.trial.Measurement` lazily.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, Presets, SizeGrid, _sync,
-                                      auto_device, size_grid, time_sizes)
+from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, Presets, RuntimeSettings,
+                                      SizeGrid, _sync, auto_device, size_grid, time_sizes)
 from tuner.workloads.holistic import size_key  # noqa: F401 - where benchmarks import it from
 from tuner.workloads.stats import geomean, rel_spread
 
@@ -78,7 +77,7 @@ LlamaConfig.PRESETS = PRESETS
 
 
 @dataclass
-class Runtime:
+class Runtime(RuntimeSettings):
     """A candidate's runtime settings (Candidate.runtime)."""
 
     cuda_graphs: bool = True
@@ -96,21 +95,12 @@ class Runtime:
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Runtime":
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"runtime: unknown setting(s) {', '.join(unknown)}; "
-                             f"expected some of {', '.join(sorted(known))}")
-        rt = cls(**d)
+        rt = cls(**cls.known(d))
         if rt.attn_impl not in ("sdpa", "split_kv"):
             raise ValueError(f"runtime.attn_impl: expected 'sdpa' or 'split_kv', got {rt.attn_impl!r}")
         if int(rt.kv_split) < 1:
             raise ValueError(f"runtime.kv_split: expected a positive integer, got {rt.kv_split!r}")
         return rt
-
-    def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
     def inductor_graphs(self) -> bool:
         """torch.compile modes that capture their own CUDA graphs (cudagraph trees)."""
