@@ -42,3 +42,10 @@ class WorkloadHang(OperationFailed):
 
 class WorkloadFailed(OperationFailed):
     """A workload ran but produced no usable metric."""
+
+
+class WorkloadBroken(OperationFailed):
+    """A workload's run failed and left its device unusable (a sticky CUDA error such as an
+    illegal memory access: every later call on the context fails). Not a WorkloadFailed on
+    purpose: no candidate is to blame for what comes after, so a search stops with this one
+    line rather than rejecting every later trial; only a new process gets a working device."""

@@ -124,3 +124,28 @@ def test_search_mixed_sees_the_workload_and_its_mla_slot():
     assert all(k[1] == "float16" for k in mla)
     with pytest.raises(ValueError, match="unknown preset"):
         DeepSeekConfig.preset("deepseek-v9")
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_search_mixed_offers_only_the_runtime_settings_the_model_reads(capsys, tmp_path):
+    """The model's attention is MLA (ops.mla_decode / mla_sparse_decode): Llama's attn_impl
+    (sdpa / split_kv) would be a no-op dimension; CUDA graphs and fused projections are read."""
+    from tests.simhelpers import REPO, run_cli
+    from tuner.search.store import TrialStore
+    from tuner.sim.hostinit import init_host
+
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    rc, out, err = run_cli(capsys, "--sim-root", str(root), "search", "mixed", "--workload",
+                           "deepseek", "--knob", "none", "--family", "none", "--budget", "3",
+                           "--rounds", "1", "--repeats", "1", "--policy",
+                           str(REPO / "tuner/data/demo-policy.yaml"), "--json")
+    assert rc == 0, err
+    res = json.loads(out)
+    with TrialStore.in_state_dir(tmp_path / "state") as st:
+        run = next(r for r in st.runs() if r["id"] == res["run_id"])
+        trials = st.list(run_id=res["run_id"])
+    assert run["meta"]["dims"] == {"runtime.cuda_graphs": 2, "runtime.fuse_projections": 2}
+    assert trials and all(set(t.candidate.runtime) <= {"cuda_graphs", "fuse_projections"}
+                          for t in trials)
+    assert DeepSeekWorkload.RUNTIME_DIMS == {"cuda_graphs": [True, False],
+                                             "fuse_projections": [False, True]}

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional
 
 from tuner.workloads import llama as _llama
+from tuner.workloads.holistic import GridDefaults, Presets
 from tuner.workloads.llama import Ops
 
 
 @dataclass(frozen=True)
-class DeepSeekConfig:
+class DeepSeekConfig(Presets):  # .preset(name), .of(name | config | dict)
     dim: int = 7168
     n_layers: int = 3
     n_heads: int = 128
@@ -65,12 +66,6 @@ class DeepSeekConfig:
                              f"{self.page} and topk {self.topk} positive")
         return self
 
-    @classmethod
-    def preset(cls, name: str) -> "DeepSeekConfig":
-        if name not in PRESETS:
-            raise ValueError(f"model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
-        return PRESETS[name]
-
 
 PRESETS: dict[str, DeepSeekConfig] = {
     # CPU tests: the real latent (512 + 64, what the MLA kernels take), everything else small;
@@ -83,6 +78,7 @@ PRESETS: dict[str, DeepSeekConfig] = {
     "deepseek-v3-3l": DeepSeekConfig(),
     "deepseek-v3.2-3l": DeepSeekConfig(sparse=True),
 }
+DeepSeekConfig.PRESETS = PRESETS
 
 
 @dataclass
@@ -166,14 +162,7 @@ class DeepSeek:
             self._rope = (ang.cos().float().to(self.device), ang.sin().float().to(self.device))
         return self._rope
 
-    @staticmethod
-    def apply_rope(x: Any, cos: Any, sin: Any) -> Any:
-        import torch
-
-        h = x.shape[-1] // 2
-        xf = x.float()
-        x1, x2 = xf[..., :h], xf[..., h:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+    apply_rope = staticmethod(_llama.Llama.apply_rope)  # the same half rotation, fp32 math
 
     # -- the paged cache -------------------------------------------------------------------------
     def new_cache(self, batch: int, length: int, fill: str = "random",
@@ -340,39 +329,22 @@ class DeepSeekWorkload(_llama.LlamaWorkload):
     """The holistic workload over the DeepSeek model: decode tokens/s per context (prefill
     optional), outputs checked against the plain torch path once per runtime. A LlamaWorkload
     in everything but the model, so `search mixed` traces its kernel slots (mla_decode or
-    mla_sparse_decode, and the matmul/rmsnorm/swiglu calls) and searches its runtime settings
-    the same way."""
+    mla_sparse_decode, and the matmul/rmsnorm/swiglu calls) the same way; its runtime
+    dimensions are only the settings this model reads (its attention is MLA: no attn_impl)."""
 
-    name = "deepseek"
+    Config = DeepSeekConfig
+    Model = DeepSeek
+    CPU_GRID = GridDefaults(contexts=(20, 70), decode_batch=2, decode_steps=3)
+    GPU_GRID = GridDefaults(contexts=(4096, 32768, 131072), decode_batch=32, decode_steps=10)
+    PREFILL = False
+    #: what a mixed search may change here: CUDA graphs (the runners) and fused projections
+    #: (wq_a|wkv_a and gate|up, read by DeepSeek.decode_step and _mlp)
+    RUNTIME_DIMS: dict[str, list[Any]] = {"cuda_graphs": [True, False],
+                                          "fuse_projections": [False, True]}
 
-    def __init__(self, model: str | DeepSeekConfig | Mapping[str, Any] = "tiny",
-                 contexts: Optional[Sequence[int]] = None,
-                 decode_batches: Optional[Sequence[int]] = None,
-                 prefill_batches: Optional[Sequence[int]] = None,
-                 decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
-                 runtime: Optional[Mapping[str, Any]] = None, prefill: bool = False,
-                 decode: bool = True, check_outputs: bool = True):
-        if isinstance(model, str):
-            cfg = DeepSeekConfig.preset(model)
-        elif isinstance(model, DeepSeekConfig):
-            cfg = model
-        else:
-            cfg = DeepSeekConfig(**dict(model))
-        dev = device or _llama._auto_device()
-        tiny = dev == "cpu"
-        self.grid = _llama.SizeGrid(
-            contexts=list(contexts or ([20, 70] if tiny else [4096, 32768, 131072])),
-            decode_batches=list(decode_batches or ([2] if tiny else [32])),
-            prefill_batches=list(prefill_batches or [1]),
-            decode_steps=decode_steps or (3 if tiny else 10), prefill=prefill, decode=decode)
-        self.model = DeepSeek(cfg, dev, seed)  # type: ignore[assignment]
-        self.dispatch = _llama.load_dispatch()
-        self.bench = _llama.Bench(self.model, self.grid, self.dispatch)  # type: ignore[arg-type]
-        self.runtime = _llama.Runtime.from_dict(runtime)
-        self.check_outputs = check_outputs
-        self._checked: dict[str, dict[str, Any]] = {}
-        if cfg.sparse:
-            self.name = "deepseek-v3.2"
+    @property  # type: ignore[override]
+    def name(self) -> str:
+        return "deepseek-v3.2" if self.model.cfg.sparse else "deepseek"
 
 
 def v32(cfg: DeepSeekConfig) -> DeepSeekConfig:

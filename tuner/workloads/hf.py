@@ -21,12 +21,13 @@ No pydantic here (this module runs on the bare GPU machine); `HFWorkload.measure
 `tuner.trial.Measurement` lazily, as LlamaWorkload does."""
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from tuner.workloads.llama import SizeGrid, _sync, _Timer, rel_err, size_key, warm
+from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, RuntimeSettings, SizeGrid,
+                                      _sync, auto_device, size_grid, time_sizes)
+from tuner.workloads.llama import _Timer, default_tolerance, rel_err
 
 # Small dicts, as a config.json holds them (AutoConfig.for_model); `layers=N` overrides the depth.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -87,7 +88,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 @dataclass
-class Runtime:
+class Runtime(RuntimeSettings):
     """A candidate's runtime settings for this workload (Candidate.runtime)."""
 
     compile: bool = True  # decode through torch.compile(mode="reduce-overhead", fullgraph=True)
@@ -95,19 +96,11 @@ class Runtime:
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Runtime":
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"runtime: unknown setting(s) {', '.join(unknown)}; "
-                             f"expected some of {', '.join(sorted(known))}")
+        d = cls.known(d)
         for k, v in d.items():
             if not isinstance(v, bool):
                 raise ValueError(f"runtime.{k}: expected true or false, got {v!r}")
         return cls(**d)
-
-    def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
 
 #: what a mixed search may change in this workload
@@ -248,10 +241,6 @@ class PrefillRunner:
         return self.batch * self.ctx * steps / _Timer(self.model.device)(self.step, steps)
 
 
-def default_tolerance(dtype: str) -> float:
-    return 2e-2 if dtype in ("bfloat16", "float16") else 1e-4
-
-
 def check(model: HFModel, table: Any, batch: int = 2, ctx: int = 32, steps: int = 1,
           tol: Optional[float] = None, seed: int = 3) -> dict[str, Any]:
     """The patched model's logits against the plain model's on the same weights and tokens:
@@ -292,6 +281,7 @@ class Bench:
         self._caches: dict[tuple[str, int, int], Any] = {}
         self._runners: dict[tuple[str, str, int, int], Any] = {}
         self._compiled: dict[str, Callable] = {}
+        self.at: Optional[str] = None  # the size being prepared or timed (time_sizes)
 
     def _cache(self, kind: str, batch: int, length: int) -> Any:
         k = (kind, batch, length)
@@ -345,26 +335,10 @@ class Bench:
 
     def run(self, rt: Runtime, repeats: int = 5, deadline: Optional[float] = None,
             sizes: Optional[Sequence[tuple[str, int, int]]] = None) -> dict[str, Any]:
-        import torch
-
         sizes = self.sizes() if sizes is None else sizes
         if self.dispatch is not None and not hasattr(self.dispatch, "installed"):
             return self._trace(rt, sizes)
-        per: dict[str, list[float]] = {}
-        setup: dict[str, float] = {}
-        skipped: list[str] = []
-        with torch.no_grad():
-            for kind, b, ctx in sizes:
-                key = size_key(kind, b, ctx)
-                if deadline is not None and time.time() > deadline:
-                    skipped.append(key)
-                    continue
-                r = self.runner(rt, kind, b, ctx)
-                setup[key] = r.setup_s
-                steps = self.grid.decode_steps if kind == "decode" else 1
-                warm(r.step, self.model.device)
-                per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
-        return {"per_size_samples": per, "setup_s": setup, "skipped": skipped}
+        return time_sizes(self, rt, sizes, repeats, deadline)
 
     def _trace(self, rt: Runtime, sizes: Optional[Sequence[tuple[str, int, int]]]) -> dict[str, Any]:
         """One eager pass over the grid with every replaceable module on the ops and `dispatch`
@@ -398,24 +372,21 @@ class Bench:
         return {"per_size_samples": {}, "setup_s": {}, "skipped": []}
 
 
-def _auto_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-class HFWorkload:
+class HFWorkload(HolisticWorkload):
     """The holistic workload on transformers (tuner.workloads.base.Workload): tokens/s geometric
     mean over prefill and decode sizes with per-size results; `configure(runtime)`; `measure`
     checks the patched outputs against the plain model once per table (WorkloadFailed on a
-    mismatch) and then times."""
+    mismatch) and then times (tuner.workloads.holistic: a failure of the run is WorkloadFailed
+    too)."""
 
-    holistic = True  # takes runtime settings and kernel slots in a mixed search
     RUNTIME_DIMS = RUNTIME_DIMS
     # the patch's static-cache attention runs only flashdec (masked lengths read on the device;
     # kernelsearch.ops.decode_attention_cache): other variants' entries would leave it on torch
     KERNEL_VARIANTS = {"decode_attention": ("flashdec",)}
     Runtime = Runtime
+    MISMATCH = "patched outputs differ from the plain model"
+    CPU_GRID = GridDefaults(contexts=(16, 48), decode_batch=2, decode_steps=3)
+    GPU_GRID = GridDefaults(contexts=(4096, 32768, 131072), decode_batch=8, decode_steps=20)
 
     def __init__(self, spec: str = "tiny-llama", contexts: Optional[Sequence[int]] = None,
                  decode_batches: Optional[Sequence[int]] = None,
@@ -426,70 +397,44 @@ class HFWorkload:
                  max_prefill_ctx: Optional[int] = 32768):
         from tuner.workloads.llama import load_dispatch
 
-        dev = device or _auto_device()
-        tiny = dev == "cpu"
+        dev = device or auto_device()
         self.name = spec if spec.startswith("hf:") else f"hf:{spec}"
-        self.grid = SizeGrid(
-            contexts=list(contexts or ([16, 48] if tiny else [4096, 32768, 131072])),
-            decode_batches=list(decode_batches or ([2] if tiny else [8])),
-            prefill_batches=list(prefill_batches or [1]),
-            decode_steps=decode_steps or (3 if tiny else 20), prefill=prefill, decode=decode)
-        if tiny:  # inductor's CPU compile takes minutes on a shared machine: eager unless asked
+        self.grid = size_grid(self.CPU_GRID, self.GPU_GRID, dev, contexts, decode_batches,
+                              prefill_batches, decode_steps, prefill, decode)
+        if dev == "cpu":  # inductor's CPU compile takes minutes on a shared machine: eager unless asked
             runtime = {"compile": False, **dict(runtime or {})}
             self.RUNTIME_DIMS = {"metaltune": [True, False]}
         self.model = HFModel(spec, dev, seed)
         self.dispatch = load_dispatch()
         self.bench = Bench(self.model, self.grid, self.dispatch, max_prefill_ctx)
-        self.runtime = Runtime.from_dict(runtime)
-        self.check_outputs = check_outputs
-        self._checked: dict[int, dict[str, Any]] = {}
-
-    def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
-        self.runtime = Runtime.from_dict(runtime)
+        self._start(runtime, check_outputs)
 
     def dispatch_changed(self) -> None:
         """The installed table changed: re-patch (its coverage decides what is replaced) and
         re-capture."""
-        self.bench.drop()
+        super().dispatch_changed()
         self.model.set_patch(False)
-        self._checked.clear()
 
-    def check(self) -> Optional[dict[str, Any]]:
-        table = self.dispatch.installed() if self.dispatch is not None else None
-        if table is None or not self.runtime.metaltune:
-            return None
-        if id(table) not in self._checked:
-            self._checked[id(table)] = check(self.model, table)
-        return self._checked[id(table)]
+    def _table(self) -> Any:
+        return self.dispatch.installed() if self.dispatch is not None else None
 
-    def first_step_s(self, kind: str = "decode", batch: Optional[int] = None,
-                     ctx: Optional[int] = None) -> float:
-        b = batch or self.grid.decode_batches[0]
-        c = ctx or self.grid.contexts[0]
-        t0 = time.perf_counter()
+    def _check_key(self) -> Optional[int]:
+        table = self._table()
+        return None if table is None or not self.runtime.metaltune else id(table)
+
+    def _check_now(self) -> dict[str, Any]:
+        return check(self.model, self._table())
+
+    def _first_runner(self, kind: str, batch: int, ctx: int) -> Any:
         self.bench._apply(self.runtime)
         cls = DecodeRunner if kind == "decode" else PrefillRunner
-        cls(self.model, self.runtime, b, c).prepare(warmup=1).step()
-        _sync(self.model.device)
-        return time.perf_counter() - t0
+        return cls(self.model, self.runtime, batch, ctx)
 
-    def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Any:
-        from tuner.errors import WorkloadFailed
-        from tuner.workloads.base import summarize
+    def _compiles(self) -> bool:
+        return self.runtime.compile
 
-        chk = self.check() if self.check_outputs else None
-        if chk is not None and not chk["ok"]:
-            raise WorkloadFailed(f"{self.name}: patched outputs differ from the plain model: "
-                                 f"{chk['errors']} (tolerance {chk['tol']})")
-        deadline = time.time() + timeout_s if timeout_s else None
-        res = self.bench.run(self.runtime, repeats=repeats, deadline=deadline)
-        if res["skipped"]:
-            raise WorkloadFailed(f"{self.name}: timed out after {timeout_s}s; not measured: "
-                                 f"{', '.join(res['skipped'])}")
+    def _extra(self) -> dict[str, Any]:
         from kernelsearch.integrations.transformers import patched
 
-        return summarize("tokens_per_s", "tok/s", res["per_size_samples"], extra={
-            "runtime": asdict(self.runtime), "setup_s": res["setup_s"], "check": chk,
-            "patched": patched(self.model.model), "model": self.model.spec,
-            "device": str(self.model.device)})
-
+        return {"patched": patched(self.model.model), "model": self.model.spec,
+                "device": str(self.model.device)}

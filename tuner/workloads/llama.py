@@ -22,19 +22,21 @@ builds `tuner.trial.Measurement` lazily.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, Presets, RuntimeSettings,
+                                      SizeGrid, _sync, auto_device, size_grid, time_sizes)
+from tuner.workloads.holistic import size_key  # noqa: F401 - where benchmarks import it from
 from tuner.workloads.stats import geomean, rel_spread
 
 # -- configuration -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(Presets):  # .preset(name), .of(name | config | dict)
     dim: int = 4096
     n_layers: int = 4
     n_heads: int = 32
@@ -55,19 +57,6 @@ class LlamaConfig:
                              f"{self.n_kv_heads} must divide evenly with an even head dim")
         return self
 
-    @classmethod
-    def preset(cls, name: str) -> "LlamaConfig":
-        if name not in PRESETS:
-            raise ValueError(f"model: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
-        return PRESETS[name]
-
-    @classmethod
-    def of(cls, model: "str | LlamaConfig | Mapping[str, Any]") -> "LlamaConfig":
-        """A preset name, a config, or a dict of its fields."""
-        if isinstance(model, str):
-            return cls.preset(model)
-        return model if isinstance(model, LlamaConfig) else cls(**dict(model))
-
     def params(self) -> int:
         hd = self.head_dim
         per_layer = (self.dim * hd * (2 * self.n_heads + 2 * self.n_kv_heads)
@@ -84,10 +73,11 @@ PRESETS: dict[str, LlamaConfig] = {
     "llama3-8b": LlamaConfig(n_layers=32, vocab=128256),
     "llama3-70b-4l": LlamaConfig(dim=8192, n_heads=64, n_kv_heads=8, ffn_dim=28672),
 }
+LlamaConfig.PRESETS = PRESETS
 
 
 @dataclass
-class Runtime:
+class Runtime(RuntimeSettings):
     """A candidate's runtime settings (Candidate.runtime)."""
 
     cuda_graphs: bool = True
@@ -105,21 +95,12 @@ class Runtime:
 
     @classmethod
     def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Runtime":
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"runtime: unknown setting(s) {', '.join(unknown)}; "
-                             f"expected some of {', '.join(sorted(known))}")
-        rt = cls(**d)
+        rt = cls(**cls.known(d))
         if rt.attn_impl not in ("sdpa", "split_kv"):
             raise ValueError(f"runtime.attn_impl: expected 'sdpa' or 'split_kv', got {rt.attn_impl!r}")
         if int(rt.kv_split) < 1:
             raise ValueError(f"runtime.kv_split: expected a positive integer, got {rt.kv_split!r}")
         return rt
-
-    def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
 
     def inductor_graphs(self) -> bool:
         """torch.compile modes that capture their own CUDA graphs (cudagraph trees)."""
@@ -502,30 +483,6 @@ class Llama:
 # -- runners: one (kind, batch, ctx) under one runtime -----------------------------------------
 
 
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-#: GPU time run untimed before each size's samples: after a side switch (a re-capture, a
-#: recompile: seconds of CPU work) the GPU has dropped to idle clocks, and a 20-step sample of a
-#: 1 ms step is over before it clocks up (on the H200 such first samples read 30-40% low)
-WARM_S = 0.2
-
-
-def warm(fn: Callable[[], Any], device: Any, seconds: float = WARM_S) -> None:
-    """Run `fn` until `seconds` of device time have passed (nothing on the CPU)."""
-    if device.type != "cuda":
-        return
-    t = _Timer(device)
-    spent, n = 0.0, 1
-    while spent < seconds:
-        spent += t(fn, n)
-        n = min(2 * n, 64)
-
-
 class _Timer:
     """Wall time of a region: CUDA events on a GPU, perf_counter on the CPU."""
 
@@ -765,29 +722,6 @@ def check(model: Llama, runtime: Runtime, dispatch: Any = None, batch: int = 2, 
 # -- a whole table -----------------------------------------------------------------------------
 
 
-@dataclass
-class SizeGrid:
-    contexts: list[int] = field(default_factory=lambda: [4096, 16384, 65536, 131072])
-    decode_batches: list[int] = field(default_factory=lambda: [8])
-    prefill_batches: list[int] = field(default_factory=lambda: [1])
-    decode_steps: int = 20  # replays timed per repeat
-    prefill: bool = True
-    decode: bool = True
-
-    def sizes(self) -> list[tuple[str, int, int]]:
-        out = []
-        for ctx in self.contexts:
-            if self.prefill:
-                out += [("prefill", b, ctx) for b in self.prefill_batches]
-            if self.decode:
-                out += [("decode", b, ctx) for b in self.decode_batches]
-        return out
-
-
-def size_key(kind: str, batch: int, ctx: int) -> str:
-    return f"{kind}@ctx{ctx},b{batch}"
-
-
 class Bench:
     """Prefill and decode tokens/s over a size grid for one model, runtime by runtime.
 
@@ -798,6 +732,7 @@ class Bench:
         self.model, self.grid, self.dispatch = model, grid, dispatch
         self._caches: dict[tuple[str, int, int], list[tuple[Any, Any]]] = {}
         self._runners: dict[tuple[str, str, int, int], Any] = {}
+        self.at: Optional[str] = None  # the size being prepared or timed (time_sizes)
 
     def _cache(self, kind: str, batch: int, length: int) -> list[tuple[Any, Any]]:
         k = (kind, batch, length)
@@ -831,23 +766,8 @@ class Bench:
             sizes: Optional[Sequence[tuple[str, int, int]]] = None) -> dict[str, Any]:
         """Per size: repeats of tokens/s, the setup seconds; sizes past the deadline are skipped
         (listed in 'skipped')."""
-        import torch
-
-        per: dict[str, list[float]] = {}
-        setup: dict[str, float] = {}
-        skipped: list[str] = []
-        with torch.no_grad():
-            for kind, b, ctx in (self.grid.sizes() if sizes is None else sizes):
-                key = size_key(kind, b, ctx)
-                if deadline is not None and time.time() > deadline:
-                    skipped.append(key)
-                    continue
-                r = self.runner(rt, kind, b, ctx)
-                setup[key] = r.setup_s
-                steps = self.grid.decode_steps if kind == "decode" else 1
-                warm(r.step, self.model.device)
-                per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
-        return {"per_size_samples": per, "setup_s": setup, "skipped": skipped}
+        return time_sizes(self, rt, self.grid.sizes() if sizes is None else sizes, repeats,
+                          deadline)
 
 
 def table_row(result: dict[str, Any]) -> dict[str, Any]:
@@ -868,87 +788,48 @@ def table_row(result: dict[str, Any]) -> dict[str, Any]:
 # -- the Workload ------------------------------------------------------------------------------
 
 
-def _auto_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-class LlamaWorkload:
+class LlamaWorkload(HolisticWorkload):
     """The holistic workload (tuner.workloads.base.Workload): tokens/s geometric mean over
     prefill and decode sizes, with per-size results. `configure(runtime)` sets the candidate's
     runtime; `measure` checks outputs against the plain path once per runtime (a mismatch
-    raises WorkloadFailed) and then times."""
+    raises WorkloadFailed) and then times (tuner.workloads.holistic: a failure of the run is
+    WorkloadFailed too). A subclass over another model with this interface states its
+    `Config`, `Model`, grid defaults and `PREFILL` (tuner.workloads.deepseek)."""
 
     name = "llama"
+    Runtime = Runtime
+    Config: Any = LlamaConfig
+    Model: Any = Llama
+    CPU_GRID = GridDefaults(contexts=(16, 64), decode_batch=2, decode_steps=5)
+    GPU_GRID = GridDefaults(contexts=(4096, 16384, 65536, 131072), decode_batch=8, decode_steps=20)
+    PREFILL = True  # prefill sizes measured where the caller does not say
 
-    def __init__(self, model: str | LlamaConfig | Mapping[str, Any] = "tiny",
-                 contexts: Optional[Sequence[int]] = None,
+    def __init__(self, model: Any = "tiny", contexts: Optional[Sequence[int]] = None,
                  decode_batches: Optional[Sequence[int]] = None,
                  prefill_batches: Optional[Sequence[int]] = None,
                  decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
-                 runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
+                 runtime: Optional[Mapping[str, Any]] = None, prefill: Optional[bool] = None,
                  decode: bool = True, check_outputs: bool = True):
-        cfg = LlamaConfig.of(model)
-        dev = device or _auto_device()
-        tiny = dev == "cpu"
-        self.grid = SizeGrid(
-            contexts=list(contexts or ([16, 64] if tiny else [4096, 16384, 65536, 131072])),
-            decode_batches=list(decode_batches or ([2] if tiny else [8])),
-            prefill_batches=list(prefill_batches or [1]),
-            decode_steps=decode_steps or (5 if tiny else 20), prefill=prefill, decode=decode,
-        )
-        self.model = Llama(cfg, dev, seed)
+        """`model`: a preset name, a config (self.Config) or a dict of its fields."""
+        cfg = self.Config.of(model)
+        dev = device or auto_device()
+        self.grid = size_grid(self.CPU_GRID, self.GPU_GRID, dev, contexts, decode_batches,
+                              prefill_batches, decode_steps,
+                              self.PREFILL if prefill is None else prefill, decode)
+        self.model = self.Model(cfg, dev, seed)
         self.dispatch = load_dispatch()
         self.bench = Bench(self.model, self.grid, self.dispatch)
-        self.runtime = Runtime.from_dict(runtime)
-        self.check_outputs = check_outputs
-        self._checked: dict[str, dict[str, Any]] = {}
+        self._start(runtime, check_outputs)
 
-    def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
-        self.runtime = Runtime.from_dict(runtime)
+    def _check_now(self) -> dict[str, Any]:
+        return check(self.model, self.runtime, self.dispatch)
 
-    def dispatch_changed(self) -> None:
-        """The installed dispatch table changed: runners captured as CUDA graphs hold the old
-        table's kernels, and the output checks were made against the old table."""
-        self.bench.drop()
-        self._checked.clear()
-
-    def check(self) -> dict[str, Any]:
-        key = self.runtime.key()
-        if key not in self._checked:
-            self._checked[key] = check(self.model, self.runtime, self.dispatch)
-        return self._checked[key]
-
-    def first_step_s(self, kind: str = "decode", batch: Optional[int] = None,
-                     ctx: Optional[int] = None) -> float:
-        """Time to get the first decode step out under the current runtime, setup (capture,
-        compile) included: the kind of isolated measurement that favours skipping graphs."""
-        b = batch or self.grid.decode_batches[0]
-        c = ctx or self.grid.contexts[0]
-        t0 = time.perf_counter()
+    def _first_runner(self, kind: str, batch: int, ctx: int) -> Any:
         cls = DecodeRunner if kind == "decode" else PrefillRunner
-        r = cls(self.model, self.runtime, b, c, dispatch=self.dispatch).prepare(warmup=1)
-        r.step()
-        _sync(self.model.device)
-        return time.perf_counter() - t0
+        return cls(self.model, self.runtime, batch, ctx, dispatch=self.dispatch)
 
-    def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Any:
-        from tuner.errors import WorkloadFailed
-        from tuner.workloads.base import summarize
+    def _compiles(self) -> bool:
+        return bool(self.runtime.compile_mode)
 
-        if self.check_outputs:
-            chk = self.check()
-            if not chk["ok"]:
-                raise WorkloadFailed(f"llama: outputs differ from the plain torch path: {chk['errors']}"
-                                     f" (tolerance {chk['tol']})")
-        deadline = time.time() + timeout_s if timeout_s else None
-        res = self.bench.run(self.runtime, repeats=repeats, deadline=deadline)
-        if res["skipped"]:
-            raise WorkloadFailed(f"llama: timed out after {timeout_s}s; not measured: "
-                                 f"{', '.join(res['skipped'])}")
-        return summarize("tokens_per_s", "tok/s", res["per_size_samples"], extra={
-            "runtime": asdict(self.runtime), "setup_s": res["setup_s"],
-            "check": self._checked.get(self.runtime.key()),
-            "model": asdict(self.model.cfg), "device": str(self.model.device),
-        })
+    def _extra(self) -> dict[str, Any]:
+        return {"model": asdict(self.model.cfg), "device": str(self.model.device)}

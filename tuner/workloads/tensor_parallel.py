@@ -26,6 +26,7 @@ from datetime import timedelta
 from typing import Any, Mapping, Optional, Sequence
 
 from tuner.workloads.collectives import RUNTIME_KEYS, Collectives
+from tuner.workloads.holistic import GridDefaults, size_grid
 from tuner.workloads.llama import (Bench, Llama, LlamaConfig, Ops, Runtime, SizeGrid,
                                    default_tolerance, load_dispatch, rel_err)
 from tuner.workloads.ranks import RankError, Ranks
@@ -208,6 +209,8 @@ class TensorParallelWorkload:
 
     name = "llama-tp"
     runtime_dims = RUNTIME_DIMS
+    CPU_GRID = GridDefaults(contexts=(16, 64), decode_batch=2, decode_steps=5)  # gloo ranks
+    GPU_GRID = GridDefaults(contexts=(4096, 32768), decode_batch=8, decode_steps=20)
 
     def __init__(self, model: str | LlamaConfig | Mapping[str, Any] = "tiny", tp: int = 2,
                  backend: Optional[str] = None, contexts: Optional[Sequence[int]] = None,
@@ -231,12 +234,9 @@ class TensorParallelWorkload:
             if torch.cuda.device_count() < tp:
                 raise ValueError(f"tensor parallel: tp={tp} needs {tp} GPUs, "
                                  f"{torch.cuda.device_count()} found")
-        tiny = self.backend == "gloo"
-        self.grid = SizeGrid(
-            contexts=list(contexts or ([16, 64] if tiny else [4096, 32768])),
-            decode_batches=list(decode_batches or ([2] if tiny else [8])),
-            prefill_batches=list(prefill_batches or [1]),
-            decode_steps=decode_steps or (5 if tiny else 20), prefill=prefill, decode=decode)
+        self.grid = size_grid(self.CPU_GRID, self.GPU_GRID,
+                              "cpu" if self.backend == "gloo" else "cuda", contexts,
+                              decode_batches, prefill_batches, decode_steps, prefill, decode)
         self.seed, self.check_outputs = seed, check_outputs
         self.start_timeout_s, self.collective_timeout_s = start_timeout_s, collective_timeout_s
         self.p2p = p2p
