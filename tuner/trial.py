@@ -33,6 +33,7 @@ REASONS: dict[str, str] = {
     "too_fast": "faster than the physical floor: a measurement fault",
     "apply_failed": "the write failed or the read-back disagreed",
     "measure_failed": "the workload failed to produce a metric",
+    "workload_broken": "the candidate's run left the device unusable; the search stopped",
     "not_installable": "a kernel from source passed the judge in a mixed search, whose slots take shipped variants and stored sources (`metaltune search kernel --proposer llm` stores and installs sources)",
     # rolled back after apply
     "instability_xid": "an Xid event during probation",

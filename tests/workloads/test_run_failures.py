@@ -196,7 +196,11 @@ def test_a_device_left_unusable_stops_the_search_with_one_line(capsys, tmp_path,
     assert err.count("\n") == 1 and "illegal memory access" in err and "restart" in err, err
     assert err.startswith("metaltune: error: llama: "), err
     with TrialStore.in_state_dir(tmp_path / "state") as st:
-        assert [t for t in st.list() if t.reason == "measure_failed"] == []  # none blamed
+        stored = st.list()
+    assert [t for t in stored if t.reason == "measure_failed"] == []  # none blamed
+    # the trial whose run broke the device is stored, saying so; nothing ran after it
+    assert [t.reason for t in stored][-1:] == ["workload_broken"]
+    assert "illegal memory access" in stored[-1].gates[-1].detail
 
 
 def test_a_broken_workload_refuses_every_later_call(interp, monkeypatch):

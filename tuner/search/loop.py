@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol
 
+from tuner.errors import WorkloadBroken
 from tuner.proposers.base import ProposalRejected, Proposer
 from tuner.search.gates import Gate, run_gates
 from tuner.search.store import TrialStore
@@ -55,7 +56,17 @@ def run(
             if failed is not None:
                 trial.reason = failed.code or "rejected"
             else:
-                trial = evaluator.evaluate(candidate, trial)
+                try:
+                    trial = evaluator.evaluate(candidate, trial)
+                except WorkloadBroken as e:  # the search stops; the trial that did it is kept
+                    trial.verdict, trial.reason = "rejected", "workload_broken"
+                    trial.gates.append(GateResult(gate="measure", passed=False,
+                                                  code="workload_broken", detail=str(e)[:500]))
+                    trial.duration_s = time.time() - t0
+                    if store is not None:
+                        store.add(trial)
+                    result.trials.append(trial)
+                    raise
         trial.duration_s = time.time() - t0
         trial.cost = proposer.trial_cost(trial)  # the LLM proposer's tokens and $; else {}
         if store is not None:  # a replay keeps no store
