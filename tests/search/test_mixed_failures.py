@@ -11,7 +11,7 @@ from tuner.sim.hostinit import init_host
 @pytest.mark.usefixtures("interp")
 def test_a_candidate_runtime_whose_first_step_fails_is_rejected_and_the_search_goes_on(tmp_path):
     from tuner.host import open_host
-    from tuner.proposers.base import Proposer
+    from tests.search.helpers import Scripted
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator
     from tuner.search.mixed.space import RUNTIME_DIMS
@@ -28,19 +28,6 @@ def test_a_candidate_runtime_whose_first_step_fails_is_rejected_and_the_search_g
                 raise RuntimeError("CUDA error: operation failed due to a previous error during "
                                    "capture\nSearch for `cudaErrorStreamCaptureInvalidated'")
             return super().first_step_s(*a, **kw)
-
-    class Scripted(Proposer):
-        name = "scripted"
-
-        def __init__(self, space, cands):
-            super().__init__(space)
-            self.cands = list(cands)
-
-        def ask(self):
-            return self.cands.pop(0)
-
-        def ask_point(self):  # pragma: no cover
-            raise NotImplementedError
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     wl = CaptureBreaksWhenFused(root)

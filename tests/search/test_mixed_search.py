@@ -49,7 +49,7 @@ def test_host_kernel_and_runtime_changes_are_one_trial_each_judged_end_to_end(tm
     from kernelsearch import dispatch
     from tuner.host import open_host
     from tuner.knobs import gpu
-    from tuner.proposers.base import Proposer
+    from tests.search.helpers import Scripted
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator
     from tuner.search.mixed.space import RUNTIME_DIMS, kernel_slots, trace_kernel_calls
@@ -69,19 +69,6 @@ def test_host_kernel_and_runtime_changes_are_one_trial_each_judged_end_to_end(tm
                 self.injected = True
                 inject(root, "xid", ["79"])
             return super().measure(repeats, timeout_s)
-
-    class Scripted(Proposer):
-        name = "scripted"
-
-        def __init__(self, space, cands):
-            super().__init__(space)
-            self.cands = list(cands)
-
-        def ask(self):
-            return self.cands.pop(0)
-
-        def ask_point(self):  # pragma: no cover
-            raise NotImplementedError
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     host = open_host("sim", root)
@@ -204,6 +191,8 @@ def test_search_mixed_cli_with_a_proposer(capsys, tmp_path, interp, proposer, bu
     (["--workload", "sim", "--family", "rmsnorm"], "--family"),
     (["--policy", "/nonexistent/policy.yaml"], "policy.yaml"),
     (["--table", "/nonexistent/table.json"], "--table"),
+    (["--suggest-table", "/nonexistent/table.json"], "--suggest-table"),
+    (["--suggest-table", "auto", "--suggest-table", "/x.json"], "cannot be combined"),
 ])
 def test_bad_input_exits_2_with_one_line_and_changes_nothing(capsys, tmp_path, interp, args, expect):
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
@@ -300,7 +289,7 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
     from kernelsearch import dispatch
     from kernelsearch.store import SourceStore, environment
     from tuner.host import open_host
-    from tuner.proposers.base import Proposer
+    from tests.search.helpers import Scripted
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator
     from tuner.search.mixed.space import kernel_slots, label, stored_sources, trace_kernel_calls
@@ -314,19 +303,6 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
     store = SourceStore(tmp_path / "state" / "kernels" / "sources")
     sha = store.put("rmsnorm", good["source"], good["config"],
                     {"verdict": "accepted", "code": "accepted"}, env=environment("cpu")).sha256
-
-    class Scripted(Proposer):
-        name = "scripted"
-
-        def __init__(self, space, cands):
-            super().__init__(space)
-            self.cands = list(cands)
-
-        def ask(self):
-            return self.cands.pop(0)
-
-        def ask_point(self):  # pragma: no cover
-            raise NotImplementedError
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     host = open_host("sim", root)

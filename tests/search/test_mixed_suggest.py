@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.search.test_mixed_search import POLICY, interp  # noqa: F401  (fixture)
-from tests.simhelpers import host_digest, run_cli
+from tests.simhelpers import run_cli
 from tuner.sim.hostinit import init_host
 
 
@@ -91,21 +91,6 @@ def test_suggest_auto_on_a_machine_without_a_gpu_suggests_nothing(capsys, tmp_pa
     with TrialStore.in_state_dir(tmp_path / "state") as st:
         (t,) = st.list(run_id=json.loads(out)["run_id"])
     assert "shipped" not in t.candidate.rationale
-
-
-@pytest.mark.usefixtures("cli_env")
-@pytest.mark.parametrize("args, expect", [
-    (["--suggest-table", "/nonexistent/table.json"], "--suggest-table"),
-    (["--suggest-table", "auto", "--suggest-table", "/x.json"], "cannot be combined"),
-])
-def test_bad_suggest_table_exits_2_and_changes_nothing(capsys, tmp_path, interp, args, expect):  # noqa: F811
-    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
-    before = host_digest(root)
-    rc, out, err = run_cli(capsys, "--sim-root", str(root), "search", "mixed", *args)
-    assert rc == 2, (out, err)
-    assert expect in err and err.count("\n") == 1, err
-    assert host_digest(root) == before
-    assert not (tmp_path / "state" / "trials.db").exists()
 
 
 def test_seeded_points_come_first_and_the_inner_proposer_learns_from_them():

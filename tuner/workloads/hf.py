@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, RuntimeSettings, SizeGrid,
                                       _sync, auto_device, size_grid, time_sizes)
-from tuner.workloads.llama import _Timer, default_tolerance, rel_err
+from tuner.workloads.holistic import _Timer
+from tuner.workloads.llama import default_tolerance, rel_err
 
 # Small dicts, as a config.json holds them (AutoConfig.for_model); `layers=N` overrides the depth.
 PRESETS: dict[str, dict[str, Any]] = {

@@ -129,18 +129,34 @@ def warm(fn: Callable[[], Any], device: Any, seconds: float = WARM_S) -> None:
     """Run `fn` until `seconds` of device time have passed (nothing on the CPU)."""
     if getattr(device, "type", "cpu") != "cuda":
         return
-    import torch
-
+    t = _Timer(device)
     spent, n = 0.0, 1
     while spent < seconds:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        spent += t(fn, n)
+        n = min(2 * n, 64)
+
+
+class _Timer:
+    """Wall time of a region: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, device: Any):
+        self.device = device
+
+    def __call__(self, fn: Callable[[], Any], n: int) -> float:
+        import torch
+
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
         for _ in range(n):
             fn()
-        end.record()
-        end.synchronize()
-        spent += start.elapsed_time(end) / 1e3
-        n = min(2 * n, 64)
+        return time.perf_counter() - t0
 
 
 def time_sizes(bench: Any, rt: Any, sizes: Sequence[tuple[str, int, int]], repeats: int,

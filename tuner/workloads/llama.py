@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, Presets, RuntimeSettings,
-                                      SizeGrid, _sync, auto_device, size_grid, time_sizes)
+                                      SizeGrid, _sync, _Timer, auto_device, size_grid,
+                                      time_sizes)
 from tuner.workloads.holistic import size_key  # noqa: F401 - where benchmarks import it from
 from tuner.workloads.stats import geomean, rel_spread
 
@@ -481,29 +482,6 @@ class Llama:
 
 
 # -- runners: one (kind, batch, ctx) under one runtime -----------------------------------------
-
-
-class _Timer:
-    """Wall time of a region: CUDA events on a GPU, perf_counter on the CPU."""
-
-    def __init__(self, device: Any):
-        self.device = device
-
-    def __call__(self, fn: Callable[[], Any], n: int) -> float:
-        import torch
-
-        if self.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return time.perf_counter() - t0
 
 
 _COMPILED: dict[tuple[int, str, str], Callable[..., Any]] = {}
