@@ -126,3 +126,17 @@ def test_a_bad_limit_is_one_clear_error(value, monkeypatch):
         Limits.resolve(60)
     v = check("softmax", RED / "honest.py", timing=False)
     assert (v.code, v.rule) == ("crashed", "sandbox_limits") and ENV["tasks"] in v.detail, v
+
+
+@as_root
+def test_root_without_a_sandbox_user_is_held_by_the_parents_count(tmpdir_open, monkeypatch):
+    """Root ignores RLIMIT_NPROC: with sandbox user `none` the parent's count of the tree is
+    what stops the bomb."""
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("KS_REDTEAM_MARK", mark)
+    monkeypatch.setenv(ENV["tasks"], "48")
+    v = check("softmax", _wrapper(FORK_BOMB), timing=False, static_guard=False, timeout_s=120,
+              sandbox_user="none")
+    assert (v.code, v.rule) == ("crashed", "process_limit"), v
+    assert "killed" in v.detail and v.sandbox["uid"] == 0
+    _assert_nothing_left(mark, tmpdir_open)
