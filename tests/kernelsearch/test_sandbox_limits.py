@@ -13,7 +13,7 @@ import pytest
 
 from kernelsearch.harness import check
 from kernelsearch.harness.limits import ENV, Limits
-from tests.kernelsearch.test_sandbox import RED, _marked, cli, tmpdir_open  # noqa: F401
+from tests.kernelsearch.test_sandbox import RED, cli, left_running
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops to nobody as root")
 # launch-wrapper bodies (run before the honest softmax's launch)
@@ -26,12 +26,7 @@ THREAD_BOMB = ("    start = torch.os.sys.modules['_thread'].start_new_thread\n" 
 
 
 def _assert_nothing_left(mark: str, tmpdir_open: Path) -> None:
-    deadline = time.time() + 5
-    while _marked(mark) and time.time() < deadline:
-        time.sleep(0.1)
-    left = _marked(mark)
-    for p in left:
-        p.kill()
+    left = left_running(mark)
     assert not left, f"left running after the check: {len(left)} processes"
     assert list(tmpdir_open.iterdir()) == [], "temp dirs left behind by the check"
 
