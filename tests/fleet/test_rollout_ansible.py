@@ -55,6 +55,24 @@ def play(lab, tmp_path, inv, *extra: str, timeout: float = 300) -> tuple[int, di
         raise AssertionError(f"ansible-playbook rc={r.returncode}: {r.stdout[-3000:]} {r.stderr[-3000:]}") from None
 
 
+def play_during_probation(lab, tmp_path, inv, d: Path, act, *extra: str) -> tuple[int, dict, str]:
+    """Run the playbook; once the host at `d` has a change on probation, `act()`; then let it end."""
+    argv, env = playbook_cmd(lab, tmp_path, inv, *extra)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and status(d)["pending"] is None and p.poll() is None:
+            time.sleep(0.3)
+        assert status(d)["pending"] is not None, f"{d.name} never entered probation"
+        act()
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    return p.returncode, json.loads(out), err
+
+
 def batches(doc: dict) -> list[list[str]]:
     """The hosts each serial batch ran the apply task on, in order."""
     out = []
@@ -102,22 +120,14 @@ def test_canary_then_waves_and_a_failing_wave_is_rolled_back(netns_lab, tmp_path
 def test_an_xid_on_the_canary_halts_the_play_and_rolls_that_host_back(netns_lab, tmp_path):
     lab = netns_lab
     inv, prof, dirs = setup_fleet(lab, tmp_path, ["c0", "c1", "c2"])
-    argv, env = playbook_cmd(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=10", "-e", "wave=2")
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline and status(dirs["c0"])["pending"] is None and p.poll() is None:
-            time.sleep(0.3)
-        assert status(dirs["c0"])["pending"] is not None, "the canary never entered probation"
+
+    def xid() -> None:
         r = mt_local(dirs["c0"], "sim", "inject", str(dirs["c0"] / "sim"), "xid", "79")
         assert r.returncode == 0, r.stderr
-        out, err = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
-    assert p.returncode != 0, err
-    doc = json.loads(out)
+
+    rc, doc, err = play_during_probation(lab, tmp_path, inv, dirs["c0"], xid, "-e", f"profile={prof}",
+                                         "-e", "probation=10", "-e", "wave=2")
+    assert rc != 0, err
     assert batches(doc) == [["c0"]]                       # the waves never started
     assert task_hosts(doc, "apply through the safety transaction")["c0"] == 1
     assert "Xid 79" in str(task_hosts(doc, "halt the rollout", "msg")["c0"])
@@ -181,21 +191,9 @@ def test_a_host_lost_during_its_apply_counts_as_failed_and_its_wave_is_rolled_ba
     connection is refused): its state is unknown, so the wave is rolled back and the play halts."""
     lab = netns_lab
     inv, prof, dirs = setup_fleet(lab, tmp_path, ["l0", "l1", "l2", "l3"])
-    argv, env = playbook_cmd(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=6", "-e", "wave=2")
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and status(dirs["l1"])["pending"] is None and p.poll() is None:
-            time.sleep(0.3)
-        assert status(dirs["l1"])["pending"] is not None, "l1 never entered probation"
-        lab.hosts["l1"].stop_sshd()
-        out, err = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
-    assert p.returncode != 0, err
-    doc = json.loads(out)
+    rc, doc, err = play_during_probation(lab, tmp_path, inv, dirs["l1"], lab.hosts["l1"].stop_sshd,
+                                         "-e", f"profile={prof}", "-e", "probation=6", "-e", "wave=2")
+    assert rc != 0, err
     assert batches(doc) == [["l0"], ["l1", "l2"]] and doc["stats"]["l1"]["unreachable"] >= 1
     assert set(task_hosts(doc, "roll the whole wave back")) == {"l2"}
     l2 = status(dirs["l2"])
