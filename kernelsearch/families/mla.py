@@ -10,12 +10,18 @@ Inputs always come with the pages shuffled (a non-contiguous block table, spare 
 them) and every cache row a sequence must not read (past its length, spare pages) filled with a
 large value, so a kernel that reads one is wrong by far. `R` in a shape says how long the
 sequences are: 0 = every sequence at the capacity L (what timing measures, so the bytes model is
-exact), 1 = ragged, 1..L, sequence 0 at L and sequence 1 one token past a page."""
+exact), 1 = ragged, 1..L, sequence 0 at L and sequence 1 one token past a page.
+
+`family(...)` builds either family's `Family` from what differs (shapes, inputs, reference,
+torch path, tokens attended, variant files); the tile space, its validity rule, the bytes and
+FLOP models and the judge's settings are the same for both."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
-from kernelsearch.families.base import randn
+from kernelsearch.families.base import Family, Variant, randn
 
 D_LATENT = 512  # kv_lora_rank: the V width
 D_ROPE = 64  # qk_rope_head_dim
@@ -113,3 +119,82 @@ def per_sequence_rms(ref):
     sequences (outputs O(1)) with 128k-token ones (outputs ~1e-2), and the bf16 rounding of p
     errs in proportion to each sequence's own values."""
     return ref.pow(2).mean(dim=(1, 2), keepdim=True).sqrt()
+
+
+def decode_inputs(B: int, nh: int, L: int, page: int, ragged: int, dtype, device, gen, dist):
+    """(q, kv_cache, block_table, seq_lens on the CPU): the inputs both families share, drawn in
+    this order from `gen`."""
+    lens = seq_lens_for(B, L, page, ragged, gen)
+    q = randn((B, nh, D_QK), dtype, device, gen, dist)
+    kv, table = paged_cache(B, L, page, lens, dtype, device, gen, dist)
+    return q, kv, table, lens
+
+
+# the tile space of every MLA variant: a head block x token block program, its split-KV grid
+TILE_DIMS = {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
+             "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3], "num_warps": [4, 8, 16]}
+
+
+def tile_dims(**changes: list) -> dict[str, list]:
+    """TILE_DIMS with `changes`; a new parameter goes before num_warps (launch options last)."""
+    dims = {k: list(changes.get(k, v)) for k, v in TILE_DIMS.items() if k != "num_warps"}
+    dims.update({k: list(v) for k, v in changes.items() if k not in TILE_DIMS})
+    dims["num_warps"] = list(changes.get("num_warps", TILE_DIMS["num_warps"]))
+    return dims
+
+
+def tile_valid(cfg: dict, shape) -> bool:
+    """A head block no larger than needed (masked heads are wasted tensor-core rows, 16 is
+    tl.dot's least M); the [BLOCK_H, 512] fp32 accumulator at most 128 registers a thread; the
+    loaded K tiles of every stage and q within the 227 KiB of shared memory a program gets."""
+    nh = shape[1]
+    bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
+    if bh > max(16, 1 << (nh - 1).bit_length()):
+        return False
+    if bh * 512 // (32 * cfg["num_warps"]) > 128:
+        return False
+    return cfg["STAGES"] * bn * D_QK * 2 + bh * D_QK * 2 <= 227 * 1024
+
+
+def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, list]], *,
+           n_tokens: Callable[[Any], float], int32_reads: Callable[[Any], int],
+           shape_dims: Sequence[str], exact_dims: Sequence[str], cheap, search, sweep,
+           heldout, tiny, make_inputs, reference, torch_default, shape_of) -> Family:
+    """An MLA decode family. `variants`: file stem -> its changes to TILE_DIMS; `n_tokens(s)`:
+    tokens attended at shape s, fewest possible (what bytes and FLOPs count); `int32_reads(s)`:
+    the int32 index bytes read besides the cache (seq_lens, indices). Shapes start (B, H, L, P)."""
+    def bytes_moved(s, es):
+        B, nh = s[0], s[1]
+        return n_tokens(s) * D_QK * es + B * nh * (D_QK + D_LATENT) * es + int32_reads(s)
+
+    def flops(s):
+        return 2.0 * s[1] * n_tokens(s) * (D_QK + D_LATENT)
+
+    return Family(
+        name=name,
+        signature=signature,
+        dtypes=("bfloat16", "float16"),
+        variants={v: Variant(v, here / f"{v}.py", tile_dims(**changes), tile_valid)
+                  for v, changes in variants.items()},
+        search_shapes=search,
+        sweep_shapes=sweep,
+        heldout_shapes=heldout,
+        tiny_shapes=tiny,
+        make_inputs=make_inputs,
+        reference=reference,
+        torch_default=torch_default,
+        out_spec=lambda q, *a: ((q.shape[0], q.shape[1], D_LATENT), q.dtype),
+        bytes_moved=bytes_moved,
+        flops=flops,
+        shape_of=shape_of,
+        shape_dims=tuple(shape_dims),
+        exact_dims=tuple(exact_dims),
+        range_dims=("B", "L"),
+        bound="compute",
+        scale_of=per_sequence_rms,
+        # lengths just past a 64-token page/tile, a 256-token chunk and a 1024-token split; the
+        # CPU interpreter runs the first two (the GPU all, plus the largest claimed shape)
+        edges={"L": (64, 256, 1024)},
+        cheap=cheap,
+        interp_max={"L": 257},
+    )

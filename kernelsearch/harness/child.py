@@ -56,11 +56,14 @@ def kill_descendants(deadline_s: float = 10.0) -> int:
 def _worker(req: dict, w: int) -> None:
     work = req.pop("work_dir", None)
     user = req.pop("sandbox_user", None)
+    lim = req.pop("limits", None)
+    report: dict = {}
     if work:
         from kernelsearch.harness import confine
+        from kernelsearch.harness.limits import Limits
 
-        confine.enter(Path(work), tuple(user) if user else None, req.get("family", ""),
-                      req.get("device", "cpu"))
+        report = confine.enter(Path(work), tuple(user) if user else None, req.get("family", ""),
+                               req.get("device", "cpu"), Limits(**lim) if lim else None)
     from kernelsearch.harness.judge import judge
     from kernelsearch.harness.timing import Ceilings
 
@@ -76,6 +79,7 @@ def _worker(req: dict, w: int) -> None:
     family = req.pop("family")
     config = req.pop("config", None)
     v = judge(family, source, config, **req)
+    v.sandbox = report
     data = json.dumps(v.to_dict()).encode()
     view = memoryview(data)
     while view:

@@ -8,6 +8,8 @@
   (Landlock ABI >= 6) cannot signal processes outside its domain (the warden, the caller).
 - TMPDIR, HOME and the Triton / CUDA / XDG caches point into its temp dir: nothing it writes
   survives it, and no cache a later trusted run would load is writable by it.
+- Resource limits (`limits.py`: processes and threads, open files, file size, CPU time) are set
+  last, as the sandbox user.
 
 Where Landlock is missing the uid drop still holds; `status()` says which layers are active.
 """
@@ -19,7 +21,10 @@ import os
 import pwd
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from kernelsearch.harness.limits import Limits
 
 DEFAULT_USER = "nobody"
 USER_ENV = "KERNELSEARCH_SANDBOX_USER"  # name or numeric uid of the unprivileged account
@@ -186,11 +191,12 @@ def preload(family: str, device: str) -> None:
     comes from candidate-controlled paths anyway."""
     import importlib
 
-    for m in ("statistics", "random", "functools", "numpy", "torch", "torch.overrides",
+    for m in ("statistics", "random", "functools", "psutil", "numpy", "torch", "torch.overrides",
               "triton", "triton.language", "triton.runtime.interpreter",
               "kernelsearch.families", "kernelsearch.families.base", "kernelsearch.runtime",
               "kernelsearch.harness.judge", "kernelsearch.harness.correctness",
-              "kernelsearch.harness.timing", "kernelsearch.harness.sandbox"):
+              "kernelsearch.harness.timing", "kernelsearch.harness.sandbox",
+              "kernelsearch.harness.limits"):
         try:
             importlib.import_module(m)
         except ImportError:
@@ -210,10 +216,11 @@ def preload(family: str, device: str) -> None:
 
 
 def enter(work: Path, user: Optional[tuple[int, int]], family: str = "",
-          device: str = "cpu") -> dict:
+          device: str = "cpu", limits: Optional["Limits"] = None) -> dict:
     """Confine this process (the worker, before it imports candidate code). `user`: (uid, gid)
-    to become when root, None to keep the current one. Raises if a layer that should hold
-    cannot be put in place (fail closed)."""
+    to become when root, None to keep the current one; `limits`: the resource limits to set
+    last (`limits.py`). Raises if a layer that should hold cannot be put in place (fail
+    closed). Returns what holds, for the verdict."""
     _env(work)
     os.chdir(work)
     os.umask(0o077)
@@ -228,4 +235,9 @@ def enter(work: Path, user: Optional[tuple[int, int]], family: str = "",
     if drop:
         assert user is not None
         _drop_privileges(*user)
-    return {"landlock_abi": abi, "uid": os.geteuid()}
+    report: dict = {"landlock_abi": abi, "uid": os.geteuid()}
+    if limits is not None:  # after the drop: RLIMIT_NPROC counts the tasks of the real uid
+        from kernelsearch.harness.limits import apply
+
+        report["limits"] = apply(limits)
+    return report

@@ -22,7 +22,12 @@ def guard_stage(source: str) -> Optional[Verdict]:
 
 def classify(exc: BaseException, stage: str) -> Verdict:
     """An exception from the candidate: compile failure if triton's compiler/frontend raised it,
-    otherwise the candidate crashed."""
+    a sandbox limit refusing it (`limits.py`); otherwise the candidate crashed."""
+    from kernelsearch.harness import limits
+
+    hit = limits.classify(exc)
+    if hit:
+        return Verdict.reject("process", "crashed", *hit)
     tb = traceback.extract_tb(exc.__traceback__)
     files = [f.filename for f in tb]
     name = type(exc).__name__

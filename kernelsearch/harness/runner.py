@@ -1,9 +1,11 @@
-"""Runs a candidate in a child process with a timeout and a memory limit: a crash, a hang or an
-out-of-memory kill becomes a verdict, never an exception in the caller.
+"""Runs a candidate in a child process with a timeout, a memory limit and resource limits
+(`limits.py`): a crash, a hang, an out-of-memory kill or a fork bomb becomes a verdict, never an
+exception in the caller.
 
 The child (`child.py`) is a session and process-group leader and a child subreaper; its worker
 runs the candidate confined (`confine.py`: unprivileged uid when root, Landlock, its own temp
-dir). On a timeout or the memory limit the whole tree below the child is killed before the child
+dir, rlimits). On a timeout, the memory limit or the process/thread budget (counted here too:
+root's tasks escape RLIMIT_NPROC) the whole tree below the child is killed before the child
 itself (so nothing is re-parented away from it), then its process group; after every check any
 process seen during the run, or still in the child's session, is killed too. Every temp dir the
 check made is removed."""
@@ -25,7 +27,12 @@ from typing import Optional, Union
 import psutil
 
 from kernelsearch.harness.judge import guard_stage
+from kernelsearch.harness.limits import ENV as LIMITS_ENV, Limits
 from kernelsearch.harness.verdict import Verdict
+
+# signals the kernel sends at a resource limit: (rule, the limit's key in Limits)
+_LIMIT_SIGNALS = {signal.SIGXCPU: ("cpu_limit", "cpu_s"), signal.SIGXFSZ: ("file_size_limit",
+                                                                          "fsize_mb")}
 
 
 class _Tree:
@@ -37,23 +44,25 @@ class _Tree:
         self.seen: dict[int, float] = {}
         self.sids: set[int] = {pid}
 
-    def scan(self) -> int:
-        """Record descendants; return the tree's resident memory in bytes."""
-        total = 0
+    def scan(self) -> tuple[int, int]:
+        """Record descendants; return the tree's resident memory in bytes and the number of
+        tasks (processes and threads) below the child."""
+        total = tasks = 0
         try:
             top = psutil.Process(self.root)
             procs = [top] + top.children(recursive=True)
         except psutil.Error:
-            return 0
+            return 0, 0
         for p in procs:
             try:
                 total += p.memory_info().rss
                 if p.pid != self.root:
+                    tasks += p.num_threads()
                     self.seen.setdefault(p.pid, p.create_time())
                     self.sids.add(os.getsid(p.pid))
             except (psutil.Error, OSError):
                 pass
-        return total
+        return total, tasks
 
     def kill(self) -> None:
         """SIGKILL the child's tree (leaves first, while they are still below the subreaper),
@@ -130,11 +139,14 @@ def _sandbox_dir(uid: Optional[int], gid: Optional[int]) -> Path:
 def check(family: str, candidate: Union[str, Path], config: Optional[dict] = None, *,
           device: str = "cpu", isolate: bool = True, timeout_s: float = 300.0,
           mem_limit_mb: int = 6144, gpu_mem_limit_mb: Optional[int] = 32768, ceilings=None,
-          sandbox_user: Optional[str] = None, **judge_kw) -> Verdict:
+          sandbox_user: Optional[str] = None, limits: Optional[Limits] = None,
+          **judge_kw) -> Verdict:
     """Judge a candidate (source text or a path to a .py file). Host memory is limited by
     watching the child tree's resident set; device memory by the child's allocator cap.
     sandbox_user: the account candidate code runs as when we are root (default: $KERNELSEARCH_
-    SANDBOX_USER, else nobody); a root caller without one gets a rejection, never a root run."""
+    SANDBOX_USER, else nobody); a root caller without one gets a rejection, never a root run.
+    limits: processes/threads, open files, file size, CPU time (default: `Limits.resolve`,
+    the defaults and $KERNELSEARCH_SANDBOX_*)."""
     t0 = time.time()
     is_path = isinstance(candidate, Path) or ("\n" not in candidate and candidate.endswith(".py"))
     p = Path(candidate) if is_path else None
@@ -147,6 +159,12 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
         from kernelsearch.harness.judge import judge
 
         return judge(family, source, config, device=device, ceilings=ceilings, **judge_kw)
+    if limits is None:
+        try:
+            limits = Limits.resolve(timeout_s)
+        except ValueError as e:
+            return Verdict.reject("process", "crashed", "sandbox_limits", str(e),
+                                  seconds=time.time() - t0)
     user = None
     if os.geteuid() == 0:
         from kernelsearch.harness import confine
@@ -167,16 +185,21 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
     work = _sandbox_dir(*(user or (None, None)))
     try:
         with tempfile.TemporaryDirectory(prefix="ks-judge-") as d:
-            return _run_child(d, work, user, family, source, config, device, timeout_s,
-                              mem_limit_mb, gpu_mem_limit_mb, ceilings, judge_kw, t0)
+            v = _run_child(d, work, user, family, source, config, device, timeout_s,
+                           mem_limit_mb, gpu_mem_limit_mb, ceilings, limits, judge_kw, t0)
+        v.sandbox = dict(v.sandbox, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb,
+                         gpu_mem_limit_mb=gpu_mem_limit_mb)
+        v.sandbox.setdefault("uid", user[0] if user else os.geteuid())  # the worker reports
+        v.sandbox.setdefault("limits", limits.to_dict())  # what it became and what it set
+        return v
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _run_child(d, work, user, family, source, config, device, timeout_s, mem_limit_mb,
-               gpu_mem_limit_mb, ceilings, judge_kw, t0) -> Verdict:
+               gpu_mem_limit_mb, ceilings, limits, judge_kw, t0) -> Verdict:
     req = dict(judge_kw, family=family, source=source, config=config, device=device,
-               gpu_mem_limit_mb=gpu_mem_limit_mb, work_dir=str(work),
+               gpu_mem_limit_mb=gpu_mem_limit_mb, work_dir=str(work), limits=limits.to_dict(),
                sandbox_user=list(user) if user else None,
                ceilings=dataclasses.asdict(ceilings) if ceilings else None)
     req_path, out_path = os.path.join(d, "req.json"), os.path.join(d, "out.json")
@@ -194,13 +217,16 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
                                 env=env, cwd=d, preexec_fn=_limits)
     tree = _Tree(proc.pid)
     deadline = t0 + timeout_s
-    peak = 0
+    peak = tasks = 0
     killed = None
     try:
         while proc.poll() is None:
-            peak = max(peak, tree.scan())
+            rss, tasks = tree.scan()
+            peak = max(peak, rss)
             if peak > mem_limit_mb * 2 ** 20:
                 killed = "memory_limit"
+            elif tasks >= limits.tasks:
+                killed = "process_limit"
             elif time.time() > deadline:
                 killed = "timeout"
             if killed:
@@ -223,12 +249,22 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
         return Verdict.reject("process", "crashed", "memory_limit",
                               f"resident memory {peak / 2**20:.0f} MiB over the "
                               f"{mem_limit_mb} MiB limit; killed", seconds=seconds)
+    if killed == "process_limit":
+        return Verdict.reject("process", "crashed", "process_limit",
+                              f"{tasks} processes/threads below the child, at the limit of "
+                              f"{limits.tasks} ({LIMITS_ENV['tasks']}); killed", seconds=seconds)
     if os.path.exists(out_path):
         with open(out_path) as f:
             v = Verdict.from_dict(json.load(f))
         v.seconds = seconds
         return v
     rc = proc.returncode
+    if rc < 0 and -rc in _LIMIT_SIGNALS:
+        rule, key = _LIMIT_SIGNALS[signal.Signals(-rc)]
+        return Verdict.reject("process", "crashed", rule,
+                              f"the candidate process was stopped by {signal.Signals(-rc).name}"
+                              f" at the limit {key}={getattr(limits, key)} "
+                              f"({LIMITS_ENV[key]})", seconds=seconds)
     rule = f"signal:{signal.Signals(-rc).name}" if rc < 0 else f"exit:{rc}"
     return Verdict.reject("process", "crashed", rule,
                           f"child ended ({rule}) without a verdict. stderr: {tail.strip()[-800:]}",

@@ -38,6 +38,9 @@ class Verdict:
     skipped_shapes: list[list[int]] = field(default_factory=list)
     timed_shapes: list[list[int]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    # how the candidate ran (runner.check): uid, Landlock ABI, the wall-clock timeout, the
+    # memory limits and the resource limits of `limits.py` as set
+    sandbox: dict[str, Any] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:

@@ -2,7 +2,9 @@
 inventory, over OpenSSH to sshd hosts in network namespaces, each host running metaltune on its
 own simulated GPU host (the same lab as tests/fleet/test_rollout_ssh.py). Canary, then waves; a
 failing wave is rolled back and stops the play; an Xid on the canary during probation halts the
-play and that host's own transaction rolls it back, exactly as `metaltune fleet apply` does."""
+play and that host's own transaction rolls it back, exactly as `metaltune fleet apply` does. An
+unreachable host (no sshd at its address) stops the play before the next wave; one lost after its
+preflight counts as failed and its wave is rolled back."""
 from __future__ import annotations
 
 import json
@@ -53,6 +55,24 @@ def play(lab, tmp_path, inv, *extra: str, timeout: float = 300) -> tuple[int, di
         raise AssertionError(f"ansible-playbook rc={r.returncode}: {r.stdout[-3000:]} {r.stderr[-3000:]}") from None
 
 
+def play_during_probation(lab, tmp_path, inv, d: Path, act, *extra: str) -> tuple[int, dict, str]:
+    """Run the playbook; once the host at `d` has a change on probation, `act()`; then let it end."""
+    argv, env = playbook_cmd(lab, tmp_path, inv, *extra)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and status(d)["pending"] is None and p.poll() is None:
+            time.sleep(0.3)
+        assert status(d)["pending"] is not None, f"{d.name} never entered probation"
+        act()
+        out, err = p.communicate(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    return p.returncode, json.loads(out), err
+
+
 def batches(doc: dict) -> list[list[str]]:
     """The hosts each serial batch ran the apply task on, in order."""
     out = []
@@ -100,22 +120,14 @@ def test_canary_then_waves_and_a_failing_wave_is_rolled_back(netns_lab, tmp_path
 def test_an_xid_on_the_canary_halts_the_play_and_rolls_that_host_back(netns_lab, tmp_path):
     lab = netns_lab
     inv, prof, dirs = setup_fleet(lab, tmp_path, ["c0", "c1", "c2"])
-    argv, env = playbook_cmd(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=10", "-e", "wave=2")
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline and status(dirs["c0"])["pending"] is None and p.poll() is None:
-            time.sleep(0.3)
-        assert status(dirs["c0"])["pending"] is not None, "the canary never entered probation"
+
+    def xid() -> None:
         r = mt_local(dirs["c0"], "sim", "inject", str(dirs["c0"] / "sim"), "xid", "79")
         assert r.returncode == 0, r.stderr
-        out, err = p.communicate(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait(10)
-    assert p.returncode != 0, err
-    doc = json.loads(out)
+
+    rc, doc, err = play_during_probation(lab, tmp_path, inv, dirs["c0"], xid, "-e", f"profile={prof}",
+                                         "-e", "probation=10", "-e", "wave=2")
+    assert rc != 0, err
     assert batches(doc) == [["c0"]]                       # the waves never started
     assert task_hosts(doc, "apply through the safety transaction")["c0"] == 1
     assert "Xid 79" in str(task_hosts(doc, "halt the rollout", "msg")["c0"])
@@ -127,3 +139,66 @@ def test_an_xid_on_the_canary_halts_the_play_and_rolls_that_host_back(netns_lab,
         s = status(dirs[n])
         assert s["recent"] == [] and s["baseline"] == {} and s["current"]["gpu0.power_limit_w"] == 700
         assert not (dirs[n] / "state" / "journal.db").exists()
+
+
+
+def untouched(d: Path) -> None:
+    s = status(d)
+    assert s["recent"] == [] and s["current"]["gpu0.power_limit_w"] == 700, s
+    assert not (d / "state" / "journal.db").exists()
+
+
+@pytest.mark.parametrize("canary", [1, 2])
+def test_an_unreachable_canary_halts_the_play_before_any_wave(netns_lab, tmp_path, canary):
+    """A canary's address answers nothing (no sshd): nothing was verified there, so no wave may
+    start, even when another canary passed; no later-wave host is contacted."""
+    lab = netns_lab
+    names = ["u0", "u1", "u2", "u3"]
+    inv, prof, dirs = setup_fleet(lab, tmp_path, names, dead=("u0",))
+    rc, doc = play(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=0",
+                   "-e", f"canary={canary}", "-e", "wave=2")
+    assert rc != 0
+    assert doc["stats"]["u0"]["unreachable"] >= 1
+    later = names[canary:]
+    for n in later:
+        assert n not in doc["stats"], f"{n} was contacted after the canary was unreachable"
+        untouched(dirs[n])
+    if canary == 2:  # the reachable canary passed and keeps the profile; the play says why it stopped
+        assert batches(doc) == [["u1"]]
+        u1 = status(dirs["u1"])
+        assert u1["current"]["gpu0.power_limit_w"] == 650 and u1["recent"][0]["state"] == "confirmed"
+        halt = str(task_hosts(doc, "halt the rollout", "msg")["u1"])
+        assert "u0 unreachable" in halt and "nothing was changed" in halt, halt
+
+
+def test_an_unreachable_host_in_a_wave_halts_the_play_before_the_next(netns_lab, tmp_path):
+    lab = netns_lab
+    inv, prof, dirs = setup_fleet(lab, tmp_path, ["v0", "v1", "v2", "v3", "v4"], dead=("v2",))
+    rc, doc = play(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=0", "-e", "wave=2")
+    assert rc != 0
+    assert batches(doc) == [["v0"], ["v1"]] and doc["stats"]["v2"]["unreachable"] >= 1
+    # nothing changed on v2, so v1's wave keeps the profile (as earlier waves do)
+    for n in ("v0", "v1"):
+        assert status(dirs[n])["current"]["gpu0.power_limit_w"] == 650
+    assert "v2 unreachable" in str(task_hosts(doc, "halt the rollout", "msg")["v1"])
+    for n in ("v2", "v3", "v4"):
+        untouched(dirs[n])
+    assert "v3" not in doc["stats"] and "v4" not in doc["stats"]
+
+
+def test_a_host_lost_during_its_apply_counts_as_failed_and_its_wave_is_rolled_back(netns_lab, tmp_path):
+    """l1's sshd stops while its apply is on probation (the running session lives on, the next
+    connection is refused): its state is unknown, so the wave is rolled back and the play halts."""
+    lab = netns_lab
+    inv, prof, dirs = setup_fleet(lab, tmp_path, ["l0", "l1", "l2", "l3"])
+    rc, doc, err = play_during_probation(lab, tmp_path, inv, dirs["l1"], lab.hosts["l1"].stop_sshd,
+                                         "-e", f"profile={prof}", "-e", "probation=6", "-e", "wave=2")
+    assert rc != 0, err
+    assert batches(doc) == [["l0"], ["l1", "l2"]] and doc["stats"]["l1"]["unreachable"] >= 1
+    assert set(task_hosts(doc, "roll the whole wave back")) == {"l2"}
+    l2 = status(dirs["l2"])
+    assert l2["current"]["gpu0.power_limit_w"] == 700 and l2["recent"][0]["label"] == "rollback to baseline"
+    assert "l1 lost after preflight" in str(task_hosts(doc, "halt the rollout", "msg")["l2"])
+    assert status(dirs["l0"])["current"]["gpu0.power_limit_w"] == 650   # the canary keeps it
+    untouched(dirs["l3"])
+    assert "l3" not in doc["stats"]

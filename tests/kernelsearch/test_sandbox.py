@@ -23,18 +23,6 @@ RUNTIME = ["jit_removes_file", "jit_writes_outside", "jit_forks_daemon"]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the privilege drop is for root callers")
 
 
-@pytest.fixture
-def tmpdir_open(monkeypatch):
-    """A TMPDIR of our own that others may enter (0755 under /tmp): the harness's temp dirs go
-    there, so what it leaves behind can be counted."""
-    d = Path(tempfile.mkdtemp(prefix="ks-test-tmp-", dir="/tmp"))
-    d.chmod(0o755)
-    monkeypatch.setenv("TMPDIR", str(d))
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    yield d
-    subprocess.run(["rm", "-rf", str(d)], check=False)
-
-
 def _marked(mark: str) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter():
@@ -44,6 +32,18 @@ def _marked(mark: str) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return out
+
+
+def left_running(mark: str, wait_s: float = 5.0) -> list[int]:
+    """Pids of processes carrying `mark` still running after up to `wait_s` (killed now, so
+    none outlives the test)."""
+    deadline = time.time() + wait_s
+    while _marked(mark) and time.time() < deadline:
+        time.sleep(0.1)
+    left = _marked(mark)
+    for p in left:
+        p.kill()
+    return [p.pid for p in left]
 
 
 @pytest.mark.parametrize("name", RUNTIME)
@@ -96,13 +96,8 @@ def test_sandbox_kills_a_setsid_daemon_started_by_a_kernel_body(redteam, tmpdir_
     v = check("softmax", redteam("jit_forks_daemon"), timing=False, static_guard=False,
               timeout_s=120)
     assert v.verdict in ("accepted", "rejected"), v  # what matters is what is left running
-    deadline = time.time() + 5
-    while _marked(mark) and time.time() < deadline:
-        time.sleep(0.1)
-    left = _marked(mark)
-    for p in left:
-        p.kill()
-    assert not left, f"left running after the check: {[(p.pid, p.name()) for p in left]}"
+    left = left_running(mark)
+    assert not left, f"left running after the check: {left}"
     assert list(tmpdir_open.iterdir()) == []
 
 

@@ -90,6 +90,12 @@ def check_cmd(
             raise BadInput(f"--dtype {d!r}: {family} takes one of {', '.join(fam.dtypes)}")
     shapes = [_shape(s, family) for s in shape or []]
     from kernelsearch.harness import check, floor_for
+    from kernelsearch.harness.limits import Limits
+
+    try:  # the sandbox's resource limits, from $KERNELSEARCH_SANDBOX_*
+        limits = Limits.resolve(timeout_s)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
 
     kw = {}
     if shapes:  # checked (with the tiny shapes on the CPU), timed, and their largest dims covered
@@ -97,7 +103,7 @@ def check_cmd(
         kw["timing_shapes"] = shapes
     v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb,
               dtypes=list(dtype) if dtype else None, timing=not no_timing, graph=graph,
-              ceilings=floor_for(dev), **kw)
+              ceilings=floor_for(dev), limits=limits, **kw)
     if as_json:
         print(json.dumps(dict(v.to_dict(), family=family, candidate=str(candidate),
                               device=v.device or ("cpu-interpreter" if dev == "cpu" else dev)),

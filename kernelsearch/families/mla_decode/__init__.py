@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import mla
-from kernelsearch.families.base import Family, Variant, randn
 
-HERE = Path(__file__).parent
 H = 128  # DeepSeek-V3's heads (one GPU holds all of them; tensor parallel 8 gives 16)
 
 # (B, H, L, page, R): L the context (capacity), R 0 = every sequence at L, 1 = ragged
@@ -29,9 +27,7 @@ TINY = [(2, 16, 80, 16, 1), (3, 4, 130, 64, 1), (2, 8, 33, 1, 1), (1, 16, 17, 16
 
 def make_inputs(shape, dtype, device, gen, dist="normal"):
     B, nh, L, page, ragged = shape
-    lens = mla.seq_lens_for(B, L, page, ragged, gen)
-    q = randn((B, nh, mla.D_QK), dtype, device, gen, dist)
-    kv, table = mla.paged_cache(B, L, page, lens, dtype, device, gen, dist)
+    q, kv, table, lens = mla.decode_inputs(B, nh, L, page, ragged, dtype, device, gen, dist)
     return (q, kv, table, lens.to(device), mla.SCALE)
 
 
@@ -51,7 +47,6 @@ def torch_default(q, kv_cache, block_table, seq_lens, scale):
     import torch
 
     B = q.shape[0]
-    page = kv_cache.shape[1]
     kv = kv_cache[block_table.long()].view(B, -1, mla.D_QK)
     pos = torch.arange(kv.shape[1], device=q.device)
     return mla.plain_attention(q, kv, pos[None, :] < seq_lens[:, None], scale)
@@ -70,61 +65,10 @@ def n_tokens(s) -> float:
     return float(B * L) if not ragged else float(L + B - 1)
 
 
-def bytes_moved(s, es):
-    B, nh = s[0], s[1]
-    return n_tokens(s) * mla.D_QK * es + B * nh * (mla.D_QK + mla.D_LATENT) * es + B * 4
-
-
-def flops(s):
-    return 2.0 * s[1] * n_tokens(s) * (mla.D_QK + mla.D_LATENT)
-
-
-def _valid(cfg, shape):
-    """A head block no larger than needed (masked heads are wasted tensor-core rows, 16 is
-    tl.dot's least M); the [BLOCK_H, 512] fp32 accumulator at most 128 registers a thread; the
-    loaded K tiles of every stage and q within the 227 KiB of shared memory a program gets."""
-    nh = shape[1]
-    bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
-    if bh > max(16, 1 << (nh - 1).bit_length()):
-        return False
-    if bh * 512 // (32 * cfg["num_warps"]) > 128:
-        return False
-    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 227 * 1024
-
-
-FAMILY = Family(
-    name="mla_decode",
-    signature="forward(q, kv_cache, block_table, seq_lens, scale)",
-    dtypes=("bfloat16", "float16"),
-    variants={
-        "splitkv": Variant("splitkv", HERE / "splitkv.py",
-                           {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
-                            "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
-                            "num_warps": [4, 8, 16]}, _valid),
-        "tma": Variant("tma", HERE / "tma.py",
-                       {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128],
-                        "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3], "WS": [0, 1],
-                        "num_warps": [4, 8, 16]}, _valid),
-    },
-    search_shapes=SEARCH,
-    sweep_shapes=SWEEP,
-    heldout_shapes=HELDOUT,
-    tiny_shapes=TINY,
-    make_inputs=make_inputs,
-    reference=reference,
-    torch_default=torch_default,
-    out_spec=lambda q, kv, bt, sl, scale: ((q.shape[0], q.shape[1], mla.D_LATENT), q.dtype),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    shape_of=shape_of,
-    shape_dims=("B", "H", "L", "P", "R"),
-    exact_dims=("H", "P"),
-    range_dims=("B", "L"),
-    bound="compute",
-    scale_of=mla.per_sequence_rms,
-    # lengths just past a 64-token page/tile, a 256-token chunk and a 1024-token split; the CPU
-    # interpreter runs the first two (the GPU all, plus the largest claimed shape)
-    edges={"L": (64, 256, 1024)},
-    cheap=(1, 16, 17, 16, 1),
-    interp_max={"L": 257},
-)
+FAMILY = mla.family(
+    "mla_decode", "forward(q, kv_cache, block_table, seq_lens, scale)", Path(__file__).parent,
+    {"splitkv": {}, "tma": {"BLOCK_N": [16, 32, 64, 128], "WS": [0, 1]}},
+    n_tokens=n_tokens, int32_reads=lambda s: s[0] * 4,  # seq_lens
+    shape_dims=("B", "H", "L", "P", "R"), exact_dims=("H", "P"), cheap=(1, 16, 17, 16, 1),
+    search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY, make_inputs=make_inputs,
+    reference=reference, torch_default=torch_default, shape_of=shape_of)

@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import mla
-from kernelsearch.families.base import Family, Variant, randn
 
-HERE = Path(__file__).parent
 H = 128
 TOPK = 2048  # DeepSeek-V3.2's index_topk
 
@@ -54,9 +52,7 @@ def make_indices(B, L, page, topk, lens, ragged, gen):
 
 def make_inputs(shape, dtype, device, gen, dist="normal"):
     B, nh, L, page, topk, ragged = shape
-    lens = mla.seq_lens_for(B, L, page, ragged, gen)
-    q = randn((B, nh, mla.D_QK), dtype, device, gen, dist)
-    kv, table = mla.paged_cache(B, L, page, lens, dtype, device, gen, dist)
+    q, kv, table, lens = mla.decode_inputs(B, nh, L, page, ragged, dtype, device, gen, dist)
     idx = make_indices(B, L, page, topk, lens, ragged, gen)
     return (q, kv, table, lens.to(device), idx.to(device), mla.SCALE)
 
@@ -94,59 +90,11 @@ def n_tokens(s) -> float:
     return float(B * min(topk, L)) if not ragged else float(B)
 
 
-def bytes_moved(s, es):
-    B, nh, topk = s[0], s[1], s[4]
-    return (n_tokens(s) * mla.D_QK * es + B * nh * (mla.D_QK + mla.D_LATENT) * es
-            + B * topk * 4 + B * 4)
-
-
-def flops(s):
-    return 2.0 * s[1] * n_tokens(s) * (mla.D_QK + mla.D_LATENT)
-
-
-def _valid(cfg, shape):
-    nh = shape[1]
-    bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
-    if bh > max(16, 1 << (nh - 1).bit_length()):
-        return False
-    if bh * 512 // (32 * cfg["num_warps"]) > 128:
-        return False
-    return cfg["STAGES"] * bn * mla.D_QK * 2 + bh * mla.D_QK * 2 <= 227 * 1024
-
-
-FAMILY = Family(
-    name="mla_sparse_decode",
-    signature="forward(q, kv_cache, block_table, seq_lens, indices, scale)",
-    dtypes=("bfloat16", "float16"),
-    variants={
-        "splitkv": Variant("splitkv", HERE / "splitkv.py",
-                           {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
-                            "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
-                            "num_warps": [4, 8, 16]}, _valid),
-        "rows": Variant("rows", HERE / "rows.py",
-                        {"BLOCK_H": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64],
-                         "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3],
-                         "num_warps": [4, 8, 16]}, _valid),
-    },
-    search_shapes=SEARCH,
-    sweep_shapes=SWEEP,
-    heldout_shapes=HELDOUT,
-    tiny_shapes=TINY,
-    make_inputs=make_inputs,
-    reference=reference,
-    torch_default=torch_default,
-    out_spec=lambda q, *a: ((q.shape[0], q.shape[1], mla.D_LATENT), q.dtype),
-    bytes_moved=bytes_moved,
-    flops=flops,
-    shape_of=shape_of,
-    shape_dims=("B", "H", "L", "P", "TOPK", "R"),
-    exact_dims=("H", "P", "TOPK"),
-    range_dims=("B", "L"),
-    bound="compute",
-    scale_of=mla.per_sequence_rms,
-    # lengths just past a 64-token page/tile, a 256-token chunk and a 1024-token split; the CPU
-    # interpreter runs the first two (the GPU all, plus the largest claimed shape)
-    edges={"L": (64, 256, 1024)},
-    cheap=(1, 16, 100, 16, 33, 1),
-    interp_max={"L": 257},
-)
+FAMILY = mla.family(
+    "mla_sparse_decode", "forward(q, kv_cache, block_table, seq_lens, indices, scale)",
+    Path(__file__).parent, {"splitkv": {}, "rows": {}},
+    n_tokens=n_tokens, int32_reads=lambda s: s[0] * s[4] * 4 + s[0] * 4,  # indices, seq_lens
+    shape_dims=("B", "H", "L", "P", "TOPK", "R"), exact_dims=("H", "P", "TOPK"),
+    cheap=(1, 16, 100, 16, 33, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
+    make_inputs=make_inputs, reference=reference, torch_default=torch_default,
+    shape_of=shape_of)
