@@ -115,6 +115,30 @@ def test_rollout_in_waves_unreachable_reported_then_resumed(netns_lab, tmp_path)
     assert rep["targets"] == ["a0", "late"] and len(rep["metrics"]) >= 10
 
 
+def test_an_unreachable_canary_halts_before_any_wave_and_resumes_when_it_is_back(netns_lab,
+                                                                                   tmp_path):
+    """No wave runs on an unverified canary: the rollout halts after the canary wave with the
+    canary unreachable, touches no other host, and --resume-halted retries the canary first."""
+    lab = netns_lab
+    inv, prof, dirs = setup_fleet(lab, tmp_path, ["k0", "w1", "w2"], dead=("k0",))
+    state = tmp_path / "rollout.json"
+    args = ["apply", str(prof), "-I", str(inv), "--canary", "1", "--wave-size", "2",
+            "--probation", "1", "--state", str(state), "--json"]
+    r = fleet(lab, tmp_path, *args)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "halted" and "canary k0 not reached" in doc["halt_reason"]
+    assert {n: h["state"] for n, h in doc["hosts"].items()} == {
+        "k0": "unreachable", "w1": "pending", "w2": "pending"}
+    for n in ("w1", "w2"):
+        assert status(dirs[n])["recent"] == [] and power(dirs[n]) == 700
+    lab.start_sshd(lab.hosts["k0"])
+    r = fleet(lab, tmp_path, *args, "--resume-halted")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "done" and [power(dirs[n]) for n in ("k0", "w1", "w2")] == [650] * 3
+
+
 def test_instability_on_the_canary_halts_and_nothing_else_changes(netns_lab, tmp_path):
     lab = netns_lab
     inv, prof, dirs = setup_fleet(lab, tmp_path, ["c0", "c1", "c2"])

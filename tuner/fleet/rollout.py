@@ -13,8 +13,10 @@ Per wave (hosts in parallel, at most `parallel` at once):
   5. all healthy: the wave is done. Any host failed: HALT — every host of this wave that applied is
      rolled back (`metaltune rollback`: every knob metaltune changed returns to its baseline),
      later waves are not touched.
-An unreachable host is reported (state `unreachable`), never fatal: the wave goes on without it
-and a later resume retries it.
+An unreachable host is reported (state `unreachable`): the wave goes on without it and a later
+resume retries it; except a canary: no wave starts before every canary host was verified (an
+unreachable canary halts the rollout before wave 1; nothing to roll back, `--resume-halted`
+retries the canary), as deploy/ansible/rollout.yml does.
 
 The rollout's state is a JSON file written atomically after every host transition, so a killed
 `fleet apply` resumes where it stopped (`--state FILE`); a halted rollout resumes only with
@@ -290,6 +292,15 @@ class Rollout:
                 fan_out([self.hosts[n] for n in applied], self._rollback_one, self.opts.parallel)
                 doc["status"] = "halted"
                 doc["halt_reason"] = "; ".join(f"{n}: {self.state.host(n)['detail']}" for n in failed)
+                self.state.save()
+                return doc
+            missed = [n for n in doc["waves"][wi] if self.state.host(n)["state"] in SKIPPED_STATES]
+            if wi == 0 and self.opts.canary and missed and wi + 1 < len(doc["waves"]):
+                # a wave after an unverified canary would be a rollout with no canary at all
+                self.log(f"canary: {', '.join(missed)} not reached: halting before wave 1")
+                doc["status"] = "halted"
+                doc["halt_reason"] = "; ".join(
+                    f"canary {n} not reached: {self.state.host(n)['detail']}" for n in missed)
                 self.state.save()
                 return doc
         unreachable = [n for n, h in doc["hosts"].items() if h["state"] in SKIPPED_STATES]
