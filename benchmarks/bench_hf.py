@@ -46,6 +46,7 @@ def attention_entries(model, batches, contexts, dtype: str, device) -> tuple[lis
     from kernelsearch.ops import _lengths, cache_attention_torch
     from kernelsearch.table import Entry
     from tuner.workloads.hf import CACHE_SLACK
+    from tuner.workloads.holistic import _sync, _Timer
 
     fam = get("decode_attention")
     c = model.config
@@ -64,20 +65,10 @@ def attention_entries(model, batches, contexts, dtype: str, device) -> tuple[lis
             v8 = valid.view(torch.uint8)
             ref = cache_attention_torch(q, k, v, valid)
 
-            def timed(fn, n=20 if device.type == "cuda" else 1):
+            def timed(fn, n=20 if device.type == "cuda" else 1):  # us per call, after a warm-up
                 fn()
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    for _ in range(n):
-                        fn()
-                    e.record()
-                    e.synchronize()
-                    return s.elapsed_time(e) * 1e3 / n
-                t0 = time.perf_counter()
-                fn()
-                return (time.perf_counter() - t0) * 1e6
+                _sync(device)
+                return _Timer(device)(fn, n) * 1e6 / n
 
             torch_us = timed(lambda: cache_attention_torch(q, k, v, valid))
             best = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from dataclasses import asdict
 import sys
 import time
 from pathlib import Path
@@ -23,31 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def make(workload: str):
-    import torch
+    """The workload as `search mixed --workload` builds it (GPU presets on a GPU, tiny on the
+    CPU); no host is needed for these."""
+    from tuner.errors import BadInput
+    from tuner.workloads.factory import make_workload
 
-    gpu = torch.cuda.is_available()
-    if workload in ("deepseek", "deepseek-v3.2"):
-        from tuner.workloads.deepseek import DeepSeekConfig, DeepSeekWorkload
-
-        preset = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
-                  ("deepseek-v3.2", True): "deepseek-v3.2-3l",
-                  ("deepseek-v3.2", False): "tiny-v3.2"}[(workload, gpu)]
-        return DeepSeekWorkload(DeepSeekConfig.preset(preset))
-    if workload == "llama":
-        from tuner.workloads.llama import LlamaWorkload
-
-        return LlamaWorkload()
-    if workload.startswith("hf:"):
-        from tuner.workloads.hf import HFWorkload
-
-        return HFWorkload(workload)
-    raise SystemExit(f"--workload: expected llama, deepseek, deepseek-v3.2 or hf:<config>, got {workload!r}")
-
-
-def _fields(runtime) -> dict:
-    from dataclasses import asdict
-
-    return asdict(runtime)
+    if workload in ("sim", "sim-llama") or workload.startswith(("cmd:", "llama-tp")):
+        raise BadInput(f"--workload: expected llama, deepseek, deepseek-v3.2 or hf:<config>, "
+                       f"got {workload!r}")
+    return make_workload(None, workload, None, 600.0)
 
 
 def per_size(wl, repeats: int) -> dict[str, float]:
@@ -92,10 +77,15 @@ def main() -> int:
     except (TableError, OSError) as e:
         print(f"--table: {e}", file=sys.stderr)
         return 2
-    wl = make(a.workload)
+    from tuner.errors import BadInput
+
     try:
-        wl.configure({**wl.runtime_settings(), **json.loads(a.runtime)} if hasattr(wl, "runtime_settings")
-                     else {**_fields(wl.runtime), **json.loads(a.runtime)})
+        wl = make(a.workload)
+    except BadInput as e:
+        print(e, file=sys.stderr)
+        return 2
+    try:
+        wl.configure({**asdict(wl.runtime), **json.loads(a.runtime)})
     except ValueError as e:
         print(f"--runtime: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """A plain user script: a transformers model, the tuned table applied with one `patch` call, and
 greedy decode through transformers' documented fast path (StaticCache + torch.compile
-"reduce-overhead", fullgraph): decode tokens/s per context. Nothing from the tuner package runs
-here, so what it prints is what a user of the kept table gets.
+"reduce-overhead", fullgraph): decode tokens/s per context. Only a config dict comes from the
+tuner package (no workload, runner or timer of its own), so what it prints is what a user of the
+kept table gets.
 
     python3 examples/hf_user_decode.py --table STATE_DIR/kernels/mixed-<run>.json \
         [--config llama3-8b] [--layers 4] [--batch 8] [--ctx 4096,32768] [--steps 32]

@@ -73,8 +73,13 @@ def _worker(req: dict, w: int) -> None:
     if gpu_mb and req.get("device") == "cuda":
         import torch
 
+        from kernelsearch.harness.limits import GPU_FREE, GPU_SLACK_MB
+
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, gpu_mb * 2 ** 20 / total))
+        cap = (torch.cuda.mem_get_info()[0] - GPU_SLACK_MB * 2 ** 20 if gpu_mb == GPU_FREE
+               else gpu_mb * 2 ** 20)
+        torch.cuda.set_per_process_memory_fraction(max(0.0, min(1.0, cap / total)))
+        report = dict(report, gpu_mem_cap_mb=int(cap // 2 ** 20))
     source = req.pop("source")
     family = req.pop("family")
     config = req.pop("config", None)

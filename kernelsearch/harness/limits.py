@@ -35,6 +35,10 @@ ENV = {
     "fsize_mb": "KERNELSEARCH_SANDBOX_FSIZE_MB",
     "cpu_s": "KERNELSEARCH_SANDBOX_CPU_S",
 }
+# gpu_mem_limit_mb's default: the device memory free when the child starts, less GPU_SLACK_MB
+# (what other processes hold stays theirs; a fixed 32 GiB ran a 32 x 128k MLA check out of memory)
+GPU_FREE = "free"
+GPU_SLACK_MB = 2048
 # the least a judge needs to start (the interpreter, torch and its threads, a compiler run)
 MINIMUM = {"tasks": 16, "nofile": 64, "fsize_mb": 16, "cpu_s": 30}
 

@@ -27,7 +27,7 @@ from typing import Optional, Union
 import psutil
 
 from kernelsearch.harness.judge import guard_stage
-from kernelsearch.harness.limits import ENV as LIMITS_ENV, Limits
+from kernelsearch.harness.limits import ENV as LIMITS_ENV, GPU_FREE, Limits
 from kernelsearch.harness.verdict import Verdict
 
 # signals the kernel sends at a resource limit: (rule, the limit's key in Limits)
@@ -138,11 +138,15 @@ def _sandbox_dir(uid: Optional[int], gid: Optional[int]) -> Path:
 
 def check(family: str, candidate: Union[str, Path], config: Optional[dict] = None, *,
           device: str = "cpu", isolate: bool = True, timeout_s: float = 300.0,
-          mem_limit_mb: int = 6144, gpu_mem_limit_mb: Optional[int] = 32768, ceilings=None,
+          mem_limit_mb: int = 6144, gpu_mem_limit_mb: Union[int, str, None] = GPU_FREE,
+          ceilings=None,
           sandbox_user: Optional[str] = None, limits: Optional[Limits] = None,
           **judge_kw) -> Verdict:
     """Judge a candidate (source text or a path to a .py file). Host memory is limited by
-    watching the child tree's resident set; device memory by the child's allocator cap.
+    watching the child tree's resident set; device memory by the child's allocator cap:
+    gpu_mem_limit_mb MiB, or GPU_FREE (default) for what is free on the device when the child
+    starts less GPU_SLACK_MB (what other processes hold stays theirs; a fixed cap either starves
+    a large shape, 32 x 128k MLA needs over 32 GiB, or exceeds what is free), None for none.
     sandbox_user: the account candidate code runs as when we are root (default: $KERNELSEARCH_
     SANDBOX_USER, else nobody); a root caller without one gets a rejection, never a root run.
     limits: processes/threads, open files, file size, CPU time (default: `Limits.resolve`,

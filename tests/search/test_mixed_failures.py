@@ -9,9 +9,10 @@ from tuner.sim.hostinit import init_host
 
 
 @pytest.mark.usefixtures("interp")
-def test_a_candidate_runtime_whose_first_step_fails_is_rejected_and_the_search_goes_on(tmp_path):
-    from tuner.host import open_host
+def test_a_candidate_runtime_whose_capture_fails_is_rejected_and_the_search_goes_on(tmp_path,
+                                                                                    monkeypatch):
     from tests.search.helpers import Scripted
+    from tuner.host import open_host
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator
     from tuner.search.mixed.space import RUNTIME_DIMS
@@ -19,18 +20,22 @@ def test_a_candidate_runtime_whose_first_step_fails_is_rejected_and_the_search_g
     from tuner.search.store import TrialStore
     from tuner.sim.llama_host import SimHostLlamaWorkload
     from tuner.trial import Candidate
+    from tuner.workloads import llama
 
-    class CaptureBreaksWhenFused(SimHostLlamaWorkload):
-        """What the H200 did: the first decode step's capture failed under fused projections."""
+    prepare = llama.DecodeRunner.prepare
 
-        def first_step_s(self, *a, **kw):
-            if self.llama.runtime.fuse_projections:
-                raise RuntimeError("CUDA error: operation failed due to a previous error during "
-                                   "capture\nSearch for `cudaErrorStreamCaptureInvalidated'")
-            return super().first_step_s(*a, **kw)
+    def breaks_when_fused(self, *a, **kw):
+        """What the H200 did: the decode step's capture failed under fused projections (the
+        error torch raises there, at the one place a capture happens)."""
+        if self.rt.fuse_projections:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during "
+                               "capture\nSearch for `cudaErrorStreamCaptureInvalidated'")
+        return prepare(self, *a, **kw)
+
+    monkeypatch.setattr(llama.DecodeRunner, "prepare", breaks_when_fused)
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
-    wl = CaptureBreaksWhenFused(root)
+    wl = SimHostLlamaWorkload(root)
     guard = SafetyContext(open_host("sim", root), tmp_path / "state", policy=POLICY)
     try:
         ev = build_evaluator({}, wl, guard, RUNTIME_DIMS, [], rounds=1, repeats=1)

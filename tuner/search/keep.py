@@ -202,9 +202,10 @@ def decide_sizes(
     noise = max(rel_spread(ha), rel_spread(hb))
     sep = _separated(ha, hb)
     # a size regressed: slower beyond the tolerance AND beyond what the same side measured from
-    # one measurement to the next (on the H200 a compiled HF prefill drifted 2-4% between the
-    # pairs of one A/B while each measurement's repeats agreed within 0.5%: a 2.6% "regression"
-    # of an unchanged prefill vetoed a 2.5x decode win), and with the repeats' bands apart
+    # one measurement to the next (on the H200 a compiled HF prefill's per-measurement medians
+    # spread 5% on one side of an A/B while the two sides' interquartile bands did not overlap:
+    # a 2.6% "regression" of an unchanged prefill vetoed a 2.5x decode win), and with the
+    # repeats' bands apart
     regressed = sorted(
         (k for k, s in sizes.items() if s["ratio"] < 1.0 - max(tolerance, s["drift"])
          and s["separated"] == "below"),

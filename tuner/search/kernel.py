@@ -94,28 +94,6 @@ def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = 
                        branches=branches)
 
 
-JUDGE_GPU_MB = 32768  # the judge child's device-memory cap where free memory cannot be read
-JUDGE_GPU_SLACK_MB = 2048  # left free for this process when the cap follows free memory
-
-
-def judge_gpu_mem_mb(device: str) -> Optional[int]:
-    """The judge child's device-memory cap: what is free on the GPU now, less a margin (a
-    workload in this process already holds its own memory, and a slot at 32 x 128k needs more
-    than a fixed 32 GiB: inputs drawn in float32, the torch path's gathered copy), read from
-    torch when this process already has a CUDA context, else the fixed default."""
-    if device != "cuda":
-        return None
-    try:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            free, _ = torch.cuda.mem_get_info()
-            return max(4096, free // 2 ** 20 - JUDGE_GPU_SLACK_MB)
-    except (ImportError, RuntimeError):
-        pass
-    return JUDGE_GPU_MB
-
-
 def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[str] = None,
                       isolate: bool = True, timeout_s: float = 300.0,
                       store: Any = None) -> Evaluate:
@@ -147,7 +125,7 @@ def harness_evaluator(family: str, shape: tuple, device: str, dtype: Optional[st
                   timeout_s=timeout_s, dtypes=[dt], shapes=[shape] + fam.tiny_shapes[:1]
                   if device == "cuda" else [shape], timing_shapes=[shape], seeds=1,
                   reps=30 if device == "cuda" else 3, against=against,
-                  ceilings=floor_for(device), gpu_mem_limit_mb=judge_gpu_mem_mb(device))
+                  ceilings=floor_for(device))
         return verdict_record(v)
 
     evaluate.ab_incumbent = True  # type: ignore[attr-defined]

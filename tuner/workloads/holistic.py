@@ -121,7 +121,7 @@ def size_grid(cpu: GridDefaults, gpu: GridDefaults, device: str,
 
 #: GPU time run untimed before each size's samples: after a side switch (a re-capture, a
 #: recompile: seconds of CPU work) the GPU has dropped to idle clocks, and a 20-step sample of a
-#: 1 ms step is over before it clocks up (on the H200 such first samples read 30-40% low)
+#: 1 ms step is over before it clocks up (on the H200 the first sample of a size read 20-40% low)
 WARM_S = 0.2
 
 

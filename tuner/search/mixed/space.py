@@ -165,10 +165,8 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
         picks = [TORCH] + ([start] if start != TORCH else [])
         for t in suggest:
             v = slot.covered_by(t)
-            if v not in picks and (v.startswith("src:") or parse_label(v)[0] is None
-                                   or (parse_label(v) in fam.space(shape)
-                                       and (allowed is None or parse_label(v)[0] in allowed))):
-                picks.append(v)  # a config outside the family's space now would fail the gate
+            if v not in picks and (v.startswith("src:") or v in configs):
+                picks.append(v)  # a config outside the slot's configs would fail the gate
         picks += [x for x in (label(v, c) for v, c in (sources or {}).get(family, []))
                   if x not in picks][:max(0, max_choices - len(picks) - 1)]
         rest = [c for c in configs if c not in picks]
