@@ -213,9 +213,13 @@ def _lookup(family: str, args) -> Optional[Callable]:
     layout = fam.layout_of(*args) if fam.layout_of is not None else ""
     if _table is None or layout != fam.layout or not _usable(family, args):
         return None
-    e = _table.lookup(family, dtype, fam.dims_dict(shape))
-    if e is None:
+    # FALLBACK order (kernelsearch.table): the entry covering the call, the best installed
+    # library kernel offered at its shape (on CUDA tensors), then torch (None)
+    how, e, variant = _table.choose(family, dtype, fam.dims_dict(shape))
+    if how == "library" and not args[0].is_cuda:
         return None
+    if e is None:
+        return None if variant is None else _forward(family, variant)
     sha = source_digest(e.variant)
     if sha is not None:  # a stored source: only if install loaded and verified it
         fwd = _sources.get(sha)

@@ -32,6 +32,9 @@ class Entry:
     config: dict[str, Any]
     speedup: Optional[float] = None  # vs the faster torch baseline where measured
     measured: list[dict] = field(default_factory=list)  # shapes timed/checked for this entry
+    # the second yardstick: the best installed library kernel's time / this entry's where one
+    # was measured (1.0 for an entry that is that library kernel; None: no library offered)
+    speedup_vs_library: Optional[float] = None
 
     def covers(self, dims: dict[str, int]) -> bool:
         for k, v in self.match.items():
@@ -54,6 +57,26 @@ class DispatchTable:
             if e.family == family and e.dtype == dtype and e.covers(dims):
                 return e
         return None
+
+    def choose(self, family: str, dtype: str, dims: dict[str, int],
+               usable: Any = None) -> tuple[str, Optional[Entry], Optional[str]]:
+        """What runs a call, in FALLBACK order: ("table", entry, variant) for the first entry
+        that covers it and is `usable(entry)` (default: a library entry only where that library
+        is found here), else ("library", None, variant) for the best library kernel offered at
+        the shape, else ("torch", None, None)."""
+        from kernelsearch.families import get, library as libvars
+
+        fam = get(family)
+        for e in self.entries:
+            if e.family == family and e.dtype == dtype and e.covers(dims):
+                ok = usable(e) if usable is not None else (
+                    not libvars.is_library(fam, e.variant)
+                    or fam.variants[e.variant].valid(e.config, _shape(fam, dims)))
+                if ok:
+                    return "table", e, e.variant
+        shape = _shape(fam, dims)
+        best = libvars.best(fam, shape, dtype) if shape is not None else None
+        return ("library", None, best) if best else ("torch", None, None)
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "device": self.device, "meta": self.meta,
@@ -121,7 +144,8 @@ class DispatchTable:
                                  f"for dims of {fam.shape_dims}, got {ranges!r}")
             out.append(Entry(e["family"], e["dtype"], dict(match),
                              {k: list(r) for k, r in ranges.items()}, e["variant"], dict(cfg),
-                             e.get("speedup"), list(e.get("measured", []))))
+                             e.get("speedup"), list(e.get("measured", [])),
+                             e.get("speedup_vs_library")))
         return cls(out, str(d.get("device", "")), dict(d.get("meta", {})))
 
     def sources(self) -> list[str]:
@@ -149,6 +173,16 @@ class DispatchTable:
         if isinstance(d, dict) and "kernels" in d and "entries" not in d:
             d = d["kernels"]
         return cls.from_dict(d, where=str(p))
+
+
+# what dispatch runs for a call, first that applies: the table's entry covering it, the best
+# installed library kernel offered at its shape, the family's torch op
+FALLBACK = ("table", "library", "torch")
+
+
+def _shape(fam: Any, dims: dict[str, int]) -> Optional[tuple]:
+    return tuple(dims[k] for k in fam.shape_dims) if all(k in dims for k in fam.shape_dims) \
+        else None
 
 
 def _within_constraints(fam: Any, r: dict, primary: str, lo: int, hi: int) -> tuple[int, int]:
@@ -233,7 +267,7 @@ def build(family_name: str, results: list[dict], margin: float = 0.02, device: s
     its (variant, config, dtype): `checked` records (see `evidence_of`) and each result's own
     "checked" list of shapes. Raises TableError otherwise."""
     ev = evidence_of(checked)
-    for r in results:
+    for r in [_with_library(r, margin) for r in results]:
         if r.get("variant") is not None:
             for shape in r.get("checked", []):
                 ev.setdefault(_key(r["variant"], r["config"], r["dtype"]), set()).add(
@@ -244,11 +278,15 @@ def build(family_name: str, results: list[dict], margin: float = 0.02, device: s
 def plan(family_name: str, results: list[dict], margin: float = 0.02,
          device: str = "") -> list[Entry]:
     """Entries from per-shape search results, not yet certified (see `build`). Each result: {"shape", "dtype", "variant",
-    "config", "time_s", "baseline_s"} (baseline: the faster torch path). A shape gets an entry
-    only where the kernel beats the baseline by more than `margin`; its range along the family's
-    primary range dim runs to the geometric midpoints between measured shapes (never past the
-    smallest or largest measured one, nor past where the variant's constraints reject the
-    config), and neighbours with the same winner merge."""
+    "config", "time_s", "baseline_s"} (baseline: the faster torch path), and where a library
+    kernel was measured at the shape, "library_variant" and "library_s" (the best one's time).
+    A shape gets an entry only where the kernel beats both yardsticks by more than `margin`:
+    the torch baseline and the best library kernel. Where the library kernel is the fastest
+    (beating torch by the margin) the shape's entry names the library variant instead, so the
+    table says what runs there. Its range along the family's primary range dim runs to the
+    geometric midpoints between measured shapes (never past the smallest or largest measured
+    one, nor past where the variant's constraints reject the config), and neighbours with the
+    same winner merge."""
     from kernelsearch.families import get
 
     fam = get(family_name)
@@ -263,6 +301,7 @@ def plan(family_name: str, results: list[dict], margin: float = 0.02,
         rs.sort(key=lambda r: r["dims"][primary])
         pts = [r["dims"][primary] for r in rs]
         for i, r in enumerate(rs):
+            r = _with_library(r, margin)
             if r.get("variant") is None or r["time_s"] * (1 + margin) >= r["baseline_s"]:
                 continue
             lo = pts[i] if i == 0 else math.floor(math.sqrt(pts[i - 1] * pts[i])) + 1
@@ -274,6 +313,10 @@ def plan(family_name: str, results: list[dict], margin: float = 0.02,
             ranges[primary] = [lo, hi]
             meas = {"shape": list(r["shape"]), "time_us": r["time_s"] * 1e6,
                     "baseline_us": r["baseline_s"] * 1e6}
+            lib_x = None
+            if r.get("library_s"):
+                meas.update(library=r["library_variant"], library_us=r["library_s"] * 1e6)
+                lib_x = r["library_s"] / r["time_s"]
             prev = entries[-1] if entries else None
             if prev and prev.family == family_name and prev.dtype == r["dtype"] \
                     and prev.variant == r["variant"] and prev.config == r["config"] \
@@ -282,10 +325,26 @@ def plan(family_name: str, results: list[dict], margin: float = 0.02,
                 prev.ranges[primary][1] = hi
                 prev.measured.append(meas)
                 prev.speedup = min(prev.speedup or 1e9, r["baseline_s"] / r["time_s"])
+                if lib_x is not None:
+                    prev.speedup_vs_library = min(prev.speedup_vs_library or 1e9, lib_x)
                 continue
             entries.append(Entry(family_name, r["dtype"], match, ranges, r["variant"],
-                                 dict(r["config"]), r["baseline_s"] / r["time_s"], [meas]))
+                                 dict(r["config"]), r["baseline_s"] / r["time_s"], [meas],
+                                 lib_x))
     return entries
+
+
+def _with_library(r: dict, margin: float) -> dict:
+    """The result a shape's entry is made from: the searched kernel's where it beats the best
+    library kernel measured there by more than `margin`, otherwise the library kernel's."""
+    if not r.get("library_s") or not r.get("library_variant"):
+        return r
+    if r.get("variant") == r["library_variant"]:
+        return dict(r, library_s=min(r["library_s"], r["time_s"]))
+    if r.get("variant") is not None and r["time_s"] * (1 + margin) < r["library_s"]:
+        return r
+    return dict(r, variant=r["library_variant"], config={}, time_s=r["library_s"],
+                checked=r.get("library_checked", []))
 
 
 def overlaps(a: Entry, b: Entry) -> bool:

@@ -29,6 +29,15 @@ class Variant:
     file: Path
     dims: dict[str, list]  # parameter -> allowed values
     valid: Callable[[dict, Shape], bool] = lambda cfg, shape: True
+    # "triton" (a @triton.jit source the guard reads) or "library": a shipped wrapper over an
+    # installed library kernel (kernelsearch.families.library), offered only where `library`
+    # imports; `dtypes` limits the family's dtypes for it (empty: all of them)
+    kind: str = "triton"
+    library: str = ""
+    dtypes: tuple[str, ...] = ()
+    # library variants: the nearest shape the library takes (the judge checks the family's
+    # boundary shapes through it: a page of 64, a head count the library has kernels for)
+    fit: Optional[Callable[[Shape], Shape]] = None
 
     def configs(self, shape: Optional[Shape] = None) -> list[dict]:
         keys = list(self.dims)

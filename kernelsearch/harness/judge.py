@@ -100,15 +100,26 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
           ceilings=None, incumbent: bool = True, graph: bool = False,
           reps: int = 30, static_guard: bool = True, timing_dtype: Optional[str] = None,
           against: Optional[tuple] = None, claimed: Optional[list] = None,
-          boundary: bool = True) -> Verdict:
+          boundary: bool = True, library: Optional[str] = None) -> Verdict:
     """static_guard=False skips the AST guard (red-team tests of the runtime checks only).
     against=(source, config): an incumbent kernel to A/B against (interleaved) besides torch.
     shapes: checked with repeats (default: the family's tiny shapes); timing_shapes: where it is
     timed (default: the sweep on a GPU, one tiny shape on the CPU); claimed: further shapes the
     caller will use it at (a table range's largest point): their largest dims are checked.
-    boundary=False drops the boundary shapes (harness self-tests only)."""
+    boundary=False drops the boundary shapes (harness self-tests only). library: judge `source`
+    as the library variant over that library (kernelsearch.families.library): it must be the
+    shipped wrapper, byte for byte; the guard is skipped (it reads Triton source, not the
+    library's compiled code), shapes go through the variant's `fit`, dtypes are its own."""
     t0 = time.time()
-    v = guard_stage(source) if static_guard else None
+    lib = None
+    if library is not None:
+        lib = _library_variant(family_name, source, library)
+        if isinstance(lib, Verdict):
+            lib.seconds = time.time() - t0
+            return lib
+        v = None
+    else:
+        v = guard_stage(source) if static_guard else None
     if v:
         v.seconds = time.time() - t0
         return v
@@ -120,15 +131,15 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
                       random_shapes=random_shapes, seeds=seeds, timing=timing,
                       timing_shapes=timing_shapes, ceilings=ceilings, incumbent=incumbent,
                       graph=graph, reps=reps, timing_dtype=timing_dtype, against=against,
-                      claimed=claimed, boundary=boundary, t0=t0)
+                      claimed=claimed, boundary=boundary, t0=t0, lib=lib)
     finally:
         sandbox.cleanup(keep)  # the candidate's module files (ks-cand-*)
 
 
 def _judge(family_name: str, source: str, config: Optional[dict], *, device, dtypes, shapes,
            random_shapes, seeds, timing, timing_shapes, ceilings, incumbent, graph, reps,
-           timing_dtype, against, claimed, boundary, t0) -> Verdict:
-    checks = ["guard"]
+           timing_dtype, against, claimed, boundary, t0, lib=None) -> Verdict:
+    checks = ["library: shipped wrapper (no guard)" if lib is not None else "guard"]
     import torch  # noqa: F401  (heavy imports only past the guard)
 
     from kernelsearch.families import get
@@ -139,21 +150,35 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     shapes, edge, skipped, timed = plan_shapes(family, device, shapes, timing_shapes, claimed,
                                                timing, boundary)
     shapes += correctness.random_shapes(family, random_shapes, big=(device == "cuda"))
+    kind: dict = {}
+    if lib is not None:  # the shapes and dtypes the library takes
+        fit = lib.fit or (lambda s: s)
+        shapes, edge = (list(dict.fromkeys(tuple(fit(tuple(s))) for s in group))
+                        for group in (shapes, edge))
+        dtypes = [d for d in dtypes if not lib.dtypes or d in lib.dtypes] or list(lib.dtypes[:1])
+        timing_dtype = timing_dtype if timing_dtype in dtypes else dtypes[0]
+        from kernelsearch import libraries
+
+        found = libraries.discover(lib.library)
+        kind = dict(kind="library", library={"name": lib.library, "variant": lib.name,
+                                             "version": found.version, "where": found.where})
     scope = dict(device=device_label(device),
                  checked_shapes=[list(s) for s in dict.fromkeys(shapes + edge)],
                  skipped_shapes=[list(s) for s in skipped],
                  timed_shapes=[list(s) for s in timed])
     stage = "correctness"
     timings: dict = {}
+    scope.update(kind)
     try:
-        runner = correctness.Runner(source, config)
+        runner = correctness.Runner(source, config, library=lib is not None)
         correctness.check(runner, family, shapes, dtypes, device, seeds=seeds, log=checks,
                           boundary=edge)
         if timing:
             stage = "timing"
             for shape in timed:
                 timings.update(_time_shape(runner, family, shape, dtypes, device, reps,
-                                           ceilings, incumbent, graph, timing_dtype, against))
+                                           ceilings, incumbent, graph, timing_dtype, against,
+                                           own=lib.name if lib is not None else None))
             checks.append("timing")
     except Rejected as r:
         return r.verdict(timings=timings, checks=checks, seconds=time.time() - t0, **scope)
@@ -170,6 +195,9 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
 
 
 def _summary(timings: dict, device: str) -> dict:
+    """Both yardsticks over the timed shapes: torch, and the best library kernel offered at
+    each shape (`speedup_vs_library_*`: >1 means faster than the library; absent where no
+    library kernel is offered)."""
     from kernelsearch.harness import timing as tm
 
     sp = [t["speedup_vs_torch"] for t in timings.values() if "speedup_vs_torch" in t]
@@ -178,11 +206,46 @@ def _summary(timings: dict, device: str) -> dict:
     if sp:
         out["speedup_geomean"] = tm.geomean(sp)
         out["speedup_min"] = min(sp)
+    lib = [t["speedup_vs_library"] for t in timings.values() if "speedup_vs_library" in t]
+    if lib:
+        out["speedup_vs_library_geomean"] = tm.geomean(lib)
+        out["speedup_vs_library_min"] = min(lib)
+        out["library"] = sorted({t["library"] for t in timings.values() if "library" in t})
     return out
 
 
+def _library_variant(family_name: str, source: str, library: str):
+    """The library variant `source` is (a Variant), or the rejection saying why not."""
+    from kernelsearch import libraries
+    from kernelsearch.families import get, library as libvars
+
+    var = libvars.shipped(get(family_name), source)
+    if var is None or var.library != library:
+        return Verdict.reject("guard", "guard_failed", "library_claim",
+                              f"judged as a {library} library variant of {family_name}, but the "
+                              "source is none of the shipped library wrappers: Triton source "
+                              "goes through the guard")
+    found = libraries.discover(library)
+    if not found.present:
+        return Verdict.reject("process", "crashed", "library_unavailable",
+                              f"{library} is {found.status} here: {found.reason}",
+                              kind="library", library={"name": library, "variant": var.name})
+    return var
+
+
+def _library_yardstick(family, shape, dtype: str, own: Optional[str]):
+    """(name, forward) of the best library kernel offered at this shape, other than the one
+    judged; None where there is none."""
+    from kernelsearch.families import library as libvars
+
+    for name in libvars.offered(family, shape, dtype):
+        if name != own:
+            return name, libvars.forward(family.name, name)
+    return None
+
+
 def _time_shape(runner, family, shape, dtypes, device, reps, ceilings, incumbent, graph,
-                timing_dtype, against) -> dict:
+                timing_dtype, against, own: Optional[str] = None) -> dict:
     """Time one shape, then check what the timed runs computed: the last timed run's output
     and (graph mode) every output of the last replay against the reference on their inputs,
     the inputs unchanged, and a fresh call on new inputs. A kernel that behaves differently
@@ -256,6 +319,14 @@ def _time_shape(runner, family, shape, dtypes, device, reps, ceilings, incumbent
         ab = tm.ab(fn, inc, sets, device, **ab_kw)
         rec["speedup_vs_incumbent"] = ab["speedup"]
         rec["incumbent_spread"] = [ab["speedup_p25"], ab["speedup_p75"]]
+    yard = _library_yardstick(family, shape, dt, own)
+    if yard is not None:  # the second yardstick: the best installed library kernel
+        try:
+            ab = tm.ab(fn, yard[1], sets, device, **ab_kw)
+            rec.update(library=yard[0], speedup_vs_library=ab["speedup"],
+                       library_spread=[ab["speedup_p25"], ab["speedup_p75"]])
+        except Exception as e:  # noqa: BLE001  (the library failing is no verdict on this kernel)
+            rec.update(library=yard[0], library_error=f"{type(e).__name__}: {str(e)[:300]}")
     if [_fingerprint(s) for s in sets] != prints:
         raise Rejected("timing", "incorrect", "input_mutated",
                        f"shape {shape} {dt}: an input changed while the kernel was timed")

@@ -155,7 +155,9 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
     is_path = isinstance(candidate, Path) or ("\n" not in candidate and candidate.endswith(".py"))
     p = Path(candidate) if is_path else None
     source = p.read_text() if p is not None else str(candidate)
-    v = guard_stage(source) if judge_kw.get("static_guard", True) else None
+    # a library variant's wrapper is not Triton source: the judge checks it is the shipped one
+    v = guard_stage(source) if judge_kw.get("static_guard", True) \
+        and not judge_kw.get("library") else None
     if v:  # static: never executes candidate code, so it runs here
         v.seconds = time.time() - t0
         return v

@@ -41,6 +41,10 @@ class Verdict:
     # how the candidate ran (runner.check): uid, Landlock ABI, the wall-clock timeout, the
     # memory limits and the resource limits of `limits.py` as set
     sandbox: dict[str, Any] = field(default_factory=dict)
+    # "triton", or "library" for a wrapper over an installed library kernel (the guard does not
+    # read compiled code): `library` then names it and its version
+    kind: str = "triton"
+    library: dict[str, Any] = field(default_factory=dict)
 
     @property
     def accepted(self) -> bool:

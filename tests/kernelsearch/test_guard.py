@@ -148,8 +148,13 @@ def test_module_passed_to_a_kernel_as_a_value():
 def test_shipped_variants_pass_the_guard():
     from pathlib import Path
 
+    from kernelsearch.families import all_families
+
+    # library variants wrap compiled code: the judge checks they are the shipped files instead
+    library = {v.file.resolve() for f in all_families() for v in f.variants.values()
+               if v.kind == "library"}
     files = [p for p in (Path(__file__).resolve().parents[2] / "kernelsearch" / "families").glob(
-        "*/*.py") if p.name != "__init__.py"]
-    assert len(files) >= 15
+        "*/*.py") if p.name != "__init__.py" and p.resolve() not in library]
+    assert len(files) >= 15 and library
     for f in files:
         assert check_source(f.read_text()) == [], f

@@ -15,6 +15,9 @@ def register(app: typer.Typer) -> None:
         """Hardware (GPUs, driver, PCIe, virtualisation) and every knob; changes nothing."""
 
         res = invoke(settings(ctx), "host")
+        from kernelsearch import libraries  # found here, not in the daemon: nothing imported
+
+        res["libraries"] = [libraries.probe(n) for n in libraries.LIBRARIES]
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return
@@ -41,6 +44,9 @@ def register(app: typer.Typer) -> None:
                     f"link {d.get('current_link_speed', '?')} x{d.get('current_link_width', '?')}: {fields}")
         for e in hw["errors"]:
             c.print(f"[dim]note: {e}[/]")
+        c.print("kernel libraries: " + "; ".join(
+            f"{x['name']} {x['status']}" + (f" {x['version']}" if x.get("version") else "")
+            for x in res["libraries"]))
         t = Table(title="knobs")
         for col in ("knob", "value", "domain", "effect"):
             t.add_column(col)

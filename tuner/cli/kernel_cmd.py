@@ -135,22 +135,32 @@ def check_cmd(
 
 @kernel_app.command("families")
 def families_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Kernel families: signature, dtypes, variants and the size of their search space."""
-    from kernelsearch.families import all_families
+    """Kernel families: signature, dtypes, variants (library ones: offered only where their
+    library imports) and the size of their search space; then the libraries found here."""
+    from kernelsearch import libraries
+    from kernelsearch.families import all_families, library
 
     rows = []
     for f in all_families():
         shape = f.search_shapes[0]
         rows.append({"family": f.name, "signature": f.signature, "dtypes": list(f.dtypes),
                      "variants": {n: list(v.dims) for n, v in f.variants.items()},
+                     "library_variants": library.report(f),
                      "shape_dims": list(f.shape_dims), "bound": f.bound,
                      "grid_at_first_search_shape": len(f.space(shape))})
+    libs = libraries.report()
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"families": rows, "libraries": libs}, indent=2))
         return
     for r in rows:
+        lv = {x["variant"]: x["status"] for x in r["library_variants"]}
+        names = [n + (f" (library, {lv[n]})" if n in lv else "") for n in r["variants"]]
         print(f"{r['family']:<17} {r['signature']:<28} {r['bound']:<7} "
-              f"variants: {', '.join(r['variants'])}  grid: {r['grid_at_first_search_shape']}")
+              f"variants: {', '.join(names)}  grid: {r['grid_at_first_search_shape']}")
+    for x in libs:
+        print(f"library {x['name']}: {x['status']}" + (f" {x['version']}" if x["version"] else "")
+              + (f" ({x['reason']})" if x["reason"] else "")
+              + (f"; to install: {x['install']}" if x["status"] != "present" else ""))
 
 
 def search_kernel_cmd(
@@ -222,6 +232,8 @@ def search_kernel_cmd(
               + (f"best {best['variant']} {json.dumps(best['config'])} "
                  f"{best['time_s'] * 1e6:.2f} us"
                  + (f" (x{best['speedup_vs_torch']:.2f} vs torch)" if best.get("speedup_vs_torch") else "")
+                 + (f" (x{best['speedup_vs_library']:.2f} vs {best['library']})"
+                    if best.get("speedup_vs_library") else " (no library kernel offered)")
                  if best else "no accepted config")
               + f"  [{b['evaluations']} measured, {b['asks']} asked]")
     print(f"run {res['run_id']}: dispatch table with {res['entries']} entries -> {res['table']}")

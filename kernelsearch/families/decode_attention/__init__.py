@@ -102,3 +102,20 @@ FAMILY = Family(
     interp_max={"L": 2049},
     fit=_fit,
 )
+
+
+# library variants (kernelsearch.families.library): offered where the library imports
+from kernelsearch.families import library as _library  # noqa: E402
+
+FLASH_ATTN_HEAD_DIMS = (64, 96, 128, 192, 256)
+
+
+def _flash_attn_fit(s):
+    B, HQ, HKV, L, D = _fit(s)
+    return (B, HQ, HKV, L, D if D in FLASH_ATTN_HEAD_DIMS else 64)
+
+
+FAMILY.variants["flash_attn"] = _library.variant(
+    "flash_attn", HERE, "flash_attn",
+    fits=lambda s: s[4] in FLASH_ATTN_HEAD_DIMS and s[1] % s[2] == 0,
+    dtypes=("bfloat16", "float16"), fit=_flash_attn_fit)

@@ -72,3 +72,18 @@ FAMILY = mla.family(
     shape_dims=("B", "H", "L", "P", "R"), exact_dims=("H", "P"), cheap=(1, 16, 17, 16, 1),
     search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY, make_inputs=make_inputs,
     reference=reference, torch_default=torch_default, shape_of=shape_of)
+
+# library variants (kernelsearch.families.library): offered where the library imports
+from kernelsearch.families import library as _library  # noqa: E402
+
+FLASHMLA_HEADS = (16, 32, 64, 128)  # the head counts FlashMLA's SM90 dense decode takes
+
+
+def _flashmla_fit(s):
+    return (s[0], s[1] if s[1] in FLASHMLA_HEADS else 128, s[2], 64) + tuple(s[4:])
+
+
+FAMILY.variants["flashmla"] = _library.variant(
+    "flashmla", Path(__file__).parent, "flash_mla",
+    fits=lambda s: s[3] == 64 and s[1] in FLASHMLA_HEADS, dtypes=("bfloat16",),
+    fit=_flashmla_fit)

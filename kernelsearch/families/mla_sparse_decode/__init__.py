@@ -98,3 +98,19 @@ FAMILY = mla.family(
     cheap=(1, 16, 100, 16, 33, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
     make_inputs=make_inputs, reference=reference, torch_default=torch_default,
     shape_of=shape_of)
+
+# library variants (kernelsearch.families.library): offered where the library imports
+from kernelsearch.families import library as _library  # noqa: E402
+
+FLASHMLA_SPARSE_HEADS = (64, 128)  # FlashMLA's SM90 sparse kernel: 64-head tiles
+
+
+def _flashmla_sparse_fit(s):
+    topk = max(64, -(-s[4] // 64) * 64)
+    return (s[0], s[1] if s[1] in FLASHMLA_SPARSE_HEADS else 128, s[2], s[3], topk, s[5])
+
+
+FAMILY.variants["flashmla_sparse"] = _library.variant(
+    "flashmla_sparse", Path(__file__).parent, "flash_mla",
+    fits=lambda s: s[1] in FLASHMLA_SPARSE_HEADS and s[4] % 64 == 0, dtypes=("bfloat16",),
+    fit=_flashmla_sparse_fit)
