@@ -89,8 +89,9 @@ def _flashmla_ext() -> Optional[str]:
     import torch  # noqa: F401  (the extensions link against libtorch)
 
     shim = types.ModuleType("flash_mla.cuda")
-    for i, p in enumerate(paths):
-        spec = importlib.util.spec_from_file_location(f"_metaltune_flash_mla_ext{i}", p)
+    for p in paths:
+        # an extension module loads only under the name it was built with (its PyInit_<name>)
+        spec = importlib.util.spec_from_file_location(os.path.basename(p).split(".")[0], p)
         if spec is None or spec.loader is None:
             raise ImportError(f"{FLASHMLA_EXT_ENV}: {p} is no loadable extension")
         m = importlib.util.module_from_spec(spec)
