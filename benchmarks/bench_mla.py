@@ -412,11 +412,14 @@ def ceiling(device: str, rec: dict, cfgs: list[dict]) -> None:
 def build_table(rec: dict) -> dict:
     """Dispatch entries from the sweep: one cell per (B, L) between grid values, each with the
     config that won at the cell's top corner (B_hi, L_hi), where that config was checked (full
-    and ragged lengths) and timed. A cell whose corner was not measured, or where the kernel
-    did not beat the torch path the dispatcher falls back to, gets no entry: torch runs there."""
+    and ragged lengths) and timed; a measured shape off the grid gets a cell of its own batch.
+    Where the best library kernel measured at the corner is as fast as the searched one (within
+    LIBRARY_MARGIN) the cell names the library variant. A cell whose corner was not measured,
+    or where no kernel beat the torch path, gets no entry: dispatch falls back there (the best
+    library kernel offered, then torch)."""
     from kernelsearch.families import get
 
-    entries, cells = [], []
+    entries, cells, points = [], [], []
     for family in ("mla_decode", "mla_sparse_decode"):
         rows = {tuple(r["shape"]): r for r in rec.get(family, []) if "us" in r}
         if not rows:
@@ -429,47 +432,43 @@ def build_table(rec: dict) -> dict:
         bs = [b for b in bs if all(any(x[0] == b and x[2] == n for x in sweep) for n in ls)
               or sum(x[0] == b for x in sweep) > 2]
         ls = [n for n in ls if all(any(x[0] == b and x[2] == n for x in sweep) for b in bs)]
-        for bi, b in enumerate(bs):
-            for li, n in enumerate(ls):
-                corner = next((s for s in rows if s[0] == b and s[2] == n), None)
-                b_lo = 1 if bi == 0 else bs[bi - 1] + 1
-                l_lo = 1 if li == 0 else ls[li - 1] + 1
-                cell = {"family": family, "B": [b_lo, b], "L": [l_lo, n]}
-                if corner is None:
-                    cells.append(dict(cell, entry="none: corner not measured"))
-                    continue
-                r = rows[corner]
-                if "ragged_checked" not in r:
-                    cells.append(dict(cell, entry="none: ragged check failed: "
-                                                  + r.get("ragged_error", "not run")))
-                    continue
-                base = r.get("torch_paged_us")
-                if base is None and r.get("torch_error"):
-                    base = float("inf")  # the torch path does not fit: the kernel is the path
-                dims = fam.dims_dict(corner)
-                lib_us = r.get("library_us")
-                if lib_us is not None and r["us"] * (1 + LIBRARY_MARGIN) >= lib_us:
-                    # the best library kernel is as fast: it is the cell's entry (its ranges
-                    # are checked in use by the judge's library mode, not here)
-                    lname = r["best_library"]
-                    entries.append({
-                        "family": family, "dtype": "bfloat16",
+        def cell_of(corner, b_lo, l_lo, point=False):
+            b, n = corner[0], corner[2]
+            cell = {"family": family, "B": [b_lo, b], "L": [l_lo, n]}
+            if point:
+                cell["off_grid"] = True
+            r = rows[corner]
+            if "ragged_checked" not in r:
+                cells.append(dict(cell, entry="none: ragged check failed: "
+                                              + r.get("ragged_error", "not run")))
+                return None
+            base = r.get("torch_paged_us")
+            if base is None and r.get("torch_error"):
+                base = float("inf")  # the torch path does not fit: the kernel is the path
+            dims = fam.dims_dict(corner)
+            lib_us = r.get("library_us")
+            if lib_us is not None and r["us"] * (1 + LIBRARY_MARGIN) >= lib_us:
+                # the best library kernel is as fast: it is the cell's entry (its ranges are
+                # checked in use by the judge's library mode, not here)
+                lname = r["best_library"]
+                cells.append(dict(cell, entry=f"{lname} (library; searched "
+                                              f"x{lib_us / r['us']:.2f})"))
+                return {"family": family, "dtype": "bfloat16",
                         "match": {k: dims[k] for k in fam.exact_dims},
                         "ranges": {"B": [b_lo, b], "L": [l_lo, n]}, "variant": lname,
                         "config": {}, "speedup": base / lib_us if base and base != float("inf")
                         else None, "speedup_vs_library": 1.0,
                         "measured": [{"shape": list(corner), "time_us": lib_us,
                                       "baseline_us": base, "searched_us": r["us"],
-                                      "library": lname}]})
-                    cells.append(dict(cell, entry=f"{lname} (library; searched "
-                                                  f"x{lib_us / r['us']:.2f})"))
-                    continue
-                if base is None or base <= r["us"]:
-                    cells.append(dict(cell, entry=f"none: torch faster ({base} us vs "
-                                                  f"{r['us']:.1f} us)"))
-                    continue
-                entries.append({
-                    "family": family, "dtype": "bfloat16",
+                                      "library": lname}]}
+            if base is None or base <= r["us"]:
+                cells.append(dict(cell, entry=f"none: torch faster ({base} us vs "
+                                              f"{r['us']:.1f} us)"))
+                return None
+            cells.append(dict(cell, entry=f"{r['best_variant']} x{base / r['us']:.2f}"
+                              + (f", x{lib_us / r['us']:.2f} vs {r['best_library']}"
+                                 if lib_us else "")))
+            return {"family": family, "dtype": "bfloat16",
                     "match": {k: dims[k] for k in fam.exact_dims},
                     "ranges": {"B": [b_lo, b], "L": [l_lo, n]},
                     "variant": r["best_variant"], "config": r["best_config"],
@@ -478,17 +477,37 @@ def build_table(rec: dict) -> dict:
                     "measured": [{"shape": list(corner), "time_us": r["us"],
                                   "baseline_us": base, "pct_floor": r["pct_floor"],
                                   "library_us": lib_us},
-                                 {"range_ends_checked": [list(corner), r["ragged_checked"]]}]})
-                cells.append(dict(cell, entry=f"{r['best_variant']} x{base / r['us']:.2f}"
-                                  + (f", x{lib_us / r['us']:.2f} vs {r['best_library']}"
-                                     if lib_us else "")))
+                                 {"range_ends_checked": [list(corner), r["ragged_checked"]]}]}
+
+        # a measured shape off the grid (8 x 128k): its own batch, from the grid context below
+        # it; first, so lookups find it before the grid cell around it
+        for corner in rows:
+            b, n = corner[0], corner[2]
+            if b in bs and n in ls:
+                continue
+            below = [x for x in ls if x < n]
+            e = cell_of(corner, b, (max(below) + 1) if below else 1, point=True)
+            if e is not None:
+                points.append(e)
+        for bi, b in enumerate(bs):
+            for li, n in enumerate(ls):
+                corner = next((s for s in rows if s[0] == b and s[2] == n), None)
+                b_lo = 1 if bi == 0 else bs[bi - 1] + 1
+                l_lo = 1 if li == 0 else ls[li - 1] + 1
+                if corner is None:
+                    cells.append({"family": family, "B": [b_lo, b], "L": [l_lo, n],
+                                  "entry": "none: corner not measured"})
+                    continue
+                e = cell_of(corner, b_lo, l_lo)
+                if e is not None:
+                    entries.append(e)
     return {"version": 1, "device": rec.get("device", ""),
             "meta": {"source": "benchmarks/bench_mla.py", "torch": rec.get("torch"),
                      "triton": rec.get("triton"),
                      "covers": "B 1-128 and L 1-163840 (the model's maximum) at 128 heads, page "
                                "64; fp16, other pages and head counts run torch",
                      "cells": cells},
-            "entries": entries}
+            "entries": points + entries}
 
 
 def run_e2e(contexts: list[int], batch: int, table: dict, rec: dict, steps: int = 10,

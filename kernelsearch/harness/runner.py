@@ -193,6 +193,9 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
         with tempfile.TemporaryDirectory(prefix="ks-judge-") as d:
             v = _run_child(d, work, user, family, source, config, device, timeout_s,
                            mem_limit_mb, gpu_mem_limit_mb, ceilings, limits, judge_kw, t0)
+        if judge_kw.get("library"):  # a crash of the library's own code is still its verdict
+            v.kind = "library"
+            v.library = v.library or {"name": judge_kw["library"]}
         v.sandbox = dict(v.sandbox, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb,
                          gpu_mem_limit_mb=gpu_mem_limit_mb)
         v.sandbox.setdefault("uid", user[0] if user else os.geteuid())  # the worker reports

@@ -126,7 +126,7 @@ def test_present_library_is_offered_where_it_fits(flash_mla):
     assert library.offered(fam, (2, 16, 130, 64, 0), "float16") == []  # its dtypes only
     sparse = get("mla_sparse_decode")
     assert library.offered(sparse, (2, 128, 300, 16, 2048, 0)) == ["flashmla_sparse"]
-    assert library.offered(sparse, (2, 128, 300, 16, 100, 0)) == []  # topk not 64-aligned
+    assert library.offered(sparse, (2, 128, 300, 16, 64, 0)) == []  # topk: blocks of 128
 
 
 def test_broken_import_is_not_offered_and_says_why(tmp_path, monkeypatch):
