@@ -139,6 +139,7 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
                  variants: Optional[dict[str, Sequence[str]]] = None) -> list[Slot]:
     """Slots for the traced calls of `families` (all when None) in a dtype the family takes
     (on the CPU: Triton's interpreter runs them). Choices: "torch", the start table's choice,
+    the best library kernel this host offers at the shape (kernelsearch.families.library),
     the choice of each `suggest` table (the tables shipped for this GPU) that covers the shape,
     the family's stored sources (`sources`: family -> [("src:<sha256>", config)], see
     `stored_sources`), then evenly spaced valid configs of the family's space at that shape.
@@ -163,6 +164,11 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
         slot = Slot(family, dtype, tuple(shape), (), allowed)
         start = slot.covered_by(start_table)
         picks = [TORCH] + ([start] if start != TORCH else [])
+        # the best installed library kernel at this shape: the yardstick, never cut
+        from kernelsearch.families import library
+
+        picks += [x for x in (label(n, {}) for n in library.offered(fam, shape, dtype)[:1])
+                  if x in configs and x not in picks]
         for t in suggest:
             v = slot.covered_by(t)
             if v not in picks and (v.startswith("src:") or v in configs):
