@@ -316,3 +316,84 @@ def test_dispatch_hands_cpu_tensors_to_torch_even_with_a_library(flash_mla):
     args = fam.make_inputs((2, 16, 130, 64, 1), "bfloat16", "cpu", torch.Generator().manual_seed(0))
     dispatch.install(DispatchTable([]))
     assert dispatch.resolve("mla_decode", *args) is None
+
+
+# -- the command line: `kernel families` lists the libraries, `kernel check` judges a wrapper --
+def _cli(tmp_path, *args, pythonpath=""):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (str(root), pythonpath) if x),
+               TRITON_INTERPRET="1", KERNELSEARCH_SANDBOX_USER="none")
+    return subprocess.run([sys.executable, "-m", "tuner", "--state-dir", str(tmp_path / "st"),
+                           *args], capture_output=True, text=True, cwd=root, env=env,
+                          timeout=600)
+
+
+def test_kernel_families_lists_libraries_found_and_broken(tmp_path):
+    (tmp_path / "lib" / "flash_mla").mkdir(parents=True)
+    (tmp_path / "lib" / "flash_mla" / "__init__.py").write_text(STANDIN_FLASH_MLA)
+    (tmp_path / "lib" / "flash_attn").mkdir()
+    (tmp_path / "lib" / "flash_attn" / "__init__.py").write_text(
+        'raise OSError("undefined symbol: _ZN3c10")\n')
+    p = _cli(tmp_path, "kernel", "families", "--json", pythonpath=str(tmp_path / "lib"))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    libs = {x["name"]: x for x in d["libraries"]}
+    assert libs["flash_mla"]["status"] == "present" and libs["flash_mla"]["version"] == "0.0-standin"
+    assert libs["flash_attn"]["status"] == "broken" and "_ZN3c10" in libs["flash_attn"]["reason"]
+    assert libs["flashinfer"]["status"] == "absent"
+    mla = next(f for f in d["families"] if f["family"] == "mla_decode")
+    assert mla["library_variants"][0]["variant"] == "flashmla"
+    p = _cli(tmp_path, "kernel", "families", pythonpath=str(tmp_path / "lib"))
+    assert "flashmla (library, present)" in p.stdout and "library flash_attn: broken" in p.stdout
+
+
+def test_kernel_check_judges_a_shipped_wrapper_in_a_child_as_a_library(tmp_path):
+    (tmp_path / "lib" / "flash_mla").mkdir(parents=True)
+    (tmp_path / "lib" / "flash_mla" / "__init__.py").write_text(STANDIN_FLASH_MLA)
+    wrapper = get("mla_decode").variants["flashmla"].file
+    p = _cli(tmp_path, "kernel", "check", "--family", "mla_decode", "--candidate", str(wrapper),
+             "--device", "cpu", "--no-timing", "--json", pythonpath=str(tmp_path / "lib"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = json.loads(p.stdout)
+    assert d["verdict"] == "accepted" and d["kind"] == "library"
+    assert d["library"]["name"] == "flash_mla" and d["checks"][0].startswith("library")
+
+
+def test_fp8_rows_hold_the_v32_layout():
+    """656 bytes a token: 512 e4m3 values in four scaled tiles, then the 64 rope values in
+    bf16 unchanged; dequantized within e4m3's precision."""
+    from kernelsearch.families import flashmla_layouts as fl
+
+    x = torch.randn(5, 576, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    r = fl.fp8_rows(x)
+    assert r.shape == (5, 656) and r.dtype == torch.uint8
+    back = fl.fp8_dequantize(r)
+    assert torch.equal(back[:, 512:], x[:, 512:])  # rope kept exactly
+    err = (back[:, :512].float() - x[:, :512].float()).abs().max() / x[:, :512].float().abs().max()
+    assert err < 0.07  # e4m3 keeps 3 mantissa bits
+    c = fl.fp8_cache(x.view(1, 5, 576))
+    assert c.shape == (1, 5, 1, 656) and torch.equal(c.view(5, 656), r)
+
+
+def test_mixed_search_slots_offer_the_library_kernel(flash_mla):
+    from tuner.search.mixed.space import TORCH, kernel_slots
+
+    calls = [("mla_decode", "bfloat16", (2, 16, 130, 64, 1))]
+    (s,) = kernel_slots(calls, None, max_choices=3)
+    assert s.choices[0] == TORCH and s.choices[1] == "flashmla{}"
+
+
+def test_search_summary_reports_both_yardsticks():
+    from tuner.search.kernel import summary
+
+    res = {"run_id": "r", "family": "mla_decode", "device": "cuda", "proposer": "grid",
+           "table": "t.json", "entries": 1,
+           "buckets": [{"shape": [8, 128, 131072, 64, 0],
+                        "best": {"variant": "tma", "speedup_vs_torch": 2.9,
+                                 "speedup_vs_library": 0.43, "library": "flashmla"}}]}
+    (b,) = summary(res)["buckets"]
+    assert (b["speedup_vs_torch"], b["speedup_vs_library"], b["library"]) == (2.9, 0.43, "flashmla")

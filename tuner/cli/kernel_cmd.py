@@ -101,6 +101,11 @@ def check_cmd(
     if shapes:  # checked (with the tiny shapes on the CPU), timed, and their largest dims covered
         kw["shapes"] = shapes + [tuple(s) for s in (fam.tiny_shapes if dev == "cpu" else [])]
         kw["timing_shapes"] = shapes
+    from kernelsearch.families import library
+
+    lib = library.shipped(fam, candidate.read_text(errors="replace"))
+    if lib is not None:  # a shipped library wrapper: judged in the judge's library mode
+        kw["library"] = lib.library
     v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb,
               dtypes=list(dtype) if dtype else None, timing=not no_timing, graph=graph,
               ceilings=floor_for(dev), limits=limits, **kw)
@@ -128,7 +133,9 @@ def check_cmd(
         for key, t in v.timings.items():
             c.print(f"  {key}: median {t['median_us']:.2f} us ({t['mode']}), "
                     f"{t['GBps']:.1f} GB/s, {t['TFLOPs']:.3f} TFLOP/s"
-                    + (f", x{t['speedup_vs_torch']:.2f} vs torch" if "speedup_vs_torch" in t else ""))
+                    + (f", x{t['speedup_vs_torch']:.2f} vs torch" if "speedup_vs_torch" in t else "")
+                    + (f", x{t['speedup_vs_library']:.2f} vs {t['library']}"
+                       if "speedup_vs_library" in t else ""))
     if not v.accepted:
         raise typer.Exit(1)
 
