@@ -26,7 +26,12 @@ from kernelsearch.families.base import Family, Variant, randn
 D_LATENT = 512  # kv_lora_rank: the V width
 D_ROPE = 64  # qk_rope_head_dim
 D_QK = D_LATENT + D_ROPE  # 576: the K width
-SCALE = 1.0 / math.sqrt(128 + 64)  # DeepSeek-V3: 1/sqrt(qk_nope + qk_rope head dim)
+# The softmax scale is always passed; nothing defaults it. DeepSeek-V3's model scale is
+# 1/sqrt(qk_nope + qk_rope) = 1/sqrt(192) (what the families' inputs use; YaRN's mscale**2 on top
+# for long-context checkpoints). FlashMLA's softmax_scale=None means 1/sqrt(head_dim_k) =
+# 1/sqrt(576), what its tests use: a user porting from FlashMLA passes its scale explicitly.
+SCALE = 1.0 / math.sqrt(128 + 64)
+FLASHMLA_DEFAULT_SCALE = 1.0 / math.sqrt(D_QK)
 POISON = 300.0  # what rows nobody may read hold: exp(scale * 576 * 300 * q) swamps any softmax
 
 
@@ -73,28 +78,57 @@ def gather_rows(kv_cache, block_table, pos):
     return blk.long() * page + pos.long() % page
 
 
-def reference_rows(q, kv_cache, rows_per_seq, scale):
-    """float64 attention of each sequence over the given physical cache rows."""
+def safe_rows(kv_cache, block_table, pos, ok):
+    """gather_rows for positions where `ok`, row 0 elsewhere: a block-table slot no read token
+    sits in may hold anything (FlashMLA's tests fill unused slots with 2147480000), and a
+    position may be anything where it is not attended (-1, past the length)."""
     import torch
 
-    flat = kv_cache.reshape(-1, D_QK)
-    out = []
+    cap = block_table.shape[1] * kv_cache.shape[1]
+    rows = gather_rows(kv_cache, block_table, torch.where(ok, pos, 0).clamp(0, cap - 1))
+    nrows = kv_cache.shape[0] * kv_cache.shape[1]
+    return torch.where(ok & (rows >= 0) & (rows < nrows), rows, 0)
+
+
+def reference_rows(q, kv_cache, rows_per_seq, scale, return_lse: bool = False):
+    """float64 attention of each sequence over the given physical cache rows (q[b] [M, 576]:
+    the heads, or heads x query tokens); a sequence with no row attends nothing: output 0 and
+    LSE +inf (FlashMLA's convention for an empty softmax)."""
+    import torch
+
+    flat = kv_cache.reshape(-1, kv_cache.shape[-1])
+    out, lses = [], []
     for b, rows in enumerate(rows_per_seq):
         kv = flat[rows].double()
         s = (q[b].double() @ kv.T) * scale
-        out.append(torch.softmax(s, dim=-1) @ kv[:, :D_LATENT])
-    return torch.stack(out)
+        out.append(torch.softmax(s, dim=-1) @ kv[:, :D_LATENT] if len(rows)
+                   else torch.zeros(q.shape[1:-1] + (D_LATENT,), dtype=torch.float64,
+                                    device=q.device))
+        lses.append(torch.logsumexp(s, dim=-1) if len(rows)
+                    else torch.full(q.shape[1:-1], float("inf"), dtype=torch.float64,
+                                    device=q.device))
+    return (torch.stack(out), torch.stack(lses)) if return_lse else torch.stack(out)
 
 
-def plain_attention(q, kv, mask, scale):
-    """The torch path a user writes: bmm(q, kv^T) -> float softmax -> bmm(p, kv[..., :512]).
-    kv [B, N, 576] gathered, mask [B, N] True where a token is attended."""
+def plain_attention(q, kv, mask, scale, return_lse: bool = False):
+    """The torch path a user writes: bmm(q, kv^T) -> float softmax -> bmm(p, kv[..., :512]),
+    made safe for any input a serving engine passes. kv [B, N, 576] gathered (a fresh tensor:
+    it is overwritten), mask [B, N] (or [B, M, N], per query row) True where a token is attended.
+    Rows not attended are zeroed first (they may hold NaN: 0 * NaN is NaN in p @ V), and a row of
+    q that attends nothing gets output 0 and LSE +inf instead of softmax's NaN. LSE is natural,
+    of the scaled scores, float32 [B, M] (vLLM and SGLang merge partial attentions with it)."""
     import torch
 
+    m3 = mask[:, None, :] if mask.dim() == 2 else mask
+    kv.masked_fill_(~mask.any(dim=1)[..., None] if mask.dim() == 3 else ~mask[..., None], 0)
     s = torch.bmm(q, kv.transpose(1, 2)).float() * scale
-    s = s.masked_fill(~mask[:, None, :], float("-inf"))
-    p = torch.softmax(s, dim=-1).to(q.dtype)
-    return torch.bmm(p, kv[..., :D_LATENT])
+    s = s.masked_fill(~m3, float("-inf"))
+    p = torch.softmax(s, dim=-1).masked_fill(~m3, 0.0).to(q.dtype)
+    out = torch.bmm(p, kv[..., :D_LATENT])
+    if not return_lse:
+        return out
+    lse = torch.logsumexp(s, dim=-1)
+    return out, lse.masked_fill(~m3.any(dim=-1), float("inf"))
 
 
 def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int]:
