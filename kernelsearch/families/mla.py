@@ -151,8 +151,8 @@ def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int
 def per_sequence_rms(ref):
     """Each sequence's own output scale (Family.scale_of): a ragged batch mixes one-token
     sequences (outputs O(1)) with 128k-token ones (outputs ~1e-2), and the bf16 rounding of p
-    errs in proportion to each sequence's own values."""
-    return ref.pow(2).mean(dim=(1, 2), keepdim=True).sqrt()
+    errs in proportion to each sequence's own values. ref [B, ..., 512]."""
+    return ref.pow(2).mean(dim=tuple(range(1, ref.dim())), keepdim=True).sqrt()
 
 
 def decode_inputs(B: int, nh: int, L: int, page: int, ragged: int, dtype, device, gen, dist):
@@ -193,21 +193,26 @@ def tile_valid(cfg: dict, shape) -> bool:
 def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, list]], *,
            n_tokens: Callable[[Any], float], int32_reads: Callable[[Any], int],
            shape_dims: Sequence[str], exact_dims: Sequence[str], cheap, search, sweep,
-           heldout, tiny, make_inputs, reference, torch_default, shape_of) -> Family:
+           heldout, tiny, make_inputs, reference, torch_default, shape_of,
+           q_rows: Callable[[Any], int] = lambda s: s[1], row_bytes: int | None = None,
+           dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> Family:
     """An MLA decode family. `variants`: file stem -> its changes to TILE_DIMS; `n_tokens(s)`:
     tokens attended at shape s, fewest possible (what bytes and FLOPs count); `int32_reads(s)`:
-    the int32 index bytes read besides the cache (seq_lens, indices). Shapes start (B, H, L, P)."""
+    the int32 index bytes read besides the cache (seq_lens, indices); `q_rows(s)`: query rows a
+    sequence (its heads, times the query tokens for s_q > 1); `row_bytes`: cache bytes a token
+    (None: 576 elements of q's dtype; 656 for the V3.2 FP8 layout). Shapes start (B, H, L, P)."""
     def bytes_moved(s, es):
-        B, nh = s[0], s[1]
-        return n_tokens(s) * D_QK * es + B * nh * (D_QK + D_LATENT) * es + int32_reads(s)
+        B, rows = s[0], q_rows(s)
+        cache = row_bytes if row_bytes is not None else D_QK * es
+        return n_tokens(s) * cache + B * rows * (D_QK + D_LATENT) * es + int32_reads(s)
 
     def flops(s):
-        return 2.0 * s[1] * n_tokens(s) * (D_QK + D_LATENT)
+        return 2.0 * q_rows(s) * n_tokens(s) * (D_QK + D_LATENT)
 
     return Family(
         name=name,
         signature=signature,
-        dtypes=("bfloat16", "float16"),
+        dtypes=dtypes,
         variants={v: Variant(v, here / f"{v}.py", tile_dims(**changes), tile_valid)
                   for v, changes in variants.items()},
         search_shapes=search,
@@ -217,7 +222,7 @@ def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, 
         make_inputs=make_inputs,
         reference=reference,
         torch_default=torch_default,
-        out_spec=lambda q, *a: ((q.shape[0], q.shape[1], D_LATENT), q.dtype),
+        out_spec=lambda q, *a: ((*q.shape[:-1], D_LATENT), q.dtype),
         bytes_moved=bytes_moved,
         flops=flops,
         shape_of=shape_of,
