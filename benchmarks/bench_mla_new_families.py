@@ -1,0 +1,185 @@
+"""The MLA additions on the GPU: mla_decode_mtp (s_q = 2) and mla_sparse_decode_fp8 (V3.2 FP8
+cache) Triton variants checked against their float64 references (bf16 tolerance) and timed in
+CUDA graphs at the bench_mla shapes, against the torch path and the roofline floor
+max(bytes / 4.3 TB/s, FLOPs / 735 TFLOP/s); the torch path on FlashMLA's test inputs (NaN in
+unread rows, 2147480000 in unused block-table slots, zero-length sequences) on the GPU; and a
+probe of the Gluon API of the installed Triton (whether it runs under TRITON_INTERPRET=1).
+
+    python3 benchmarks/bench_mla_new_families.py --out DIR [--parts probe,families,torch]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PEAK, BW = 735e12, 4.3e12
+SHAPES = {"mla_decode_mtp": [(64, 128, 4096, 64, 2, 0), (32, 128, 32768, 64, 2, 0),
+                             (8, 128, 131072, 64, 2, 0), (128, 128, 163840, 64, 2, 0)],
+          "mla_sparse_decode_fp8": [(64, 128, 4096, 64, 2048, 0), (32, 128, 32768, 64, 2048, 0),
+                                    (8, 128, 131072, 64, 2048, 0),
+                                    (128, 128, 163840, 64, 2048, 0)]}
+CONFIGS = {"mla_decode_mtp": [dict(BLOCK_H=64, BLOCK_N=64, GRID=264, STAGES=2, num_warps=8),
+                              dict(BLOCK_H=64, BLOCK_N=32, GRID=528, STAGES=3, num_warps=8)],
+           "mla_sparse_decode_fp8": [dict(BLOCK_H=64, BLOCK_N=64, GRID=264, STAGES=2, num_warps=8),
+                                     dict(BLOCK_H=64, BLOCK_N=32, GRID=528, STAGES=3,
+                                          num_warps=8)]}
+GLUON_INTERP = """
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+@gluon.jit
+def k(X, Y, N: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    i = gl.arange(0, N, layout=layout)
+    gl.store(Y + i, gl.load(X + i) * 2)
+x = torch.arange(128, dtype=torch.float32); y = torch.empty_like(x)
+k[(1,)](x, y, N=128, num_warps=4)
+print("gluon under TRITON_INTERPRET=1 on CPU tensors:", torch.equal(y, 2 * x))
+"""
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def probe(res):
+    import triton
+    import triton.experimental.gluon.language as gl
+    import triton.experimental.gluon.language.nvidia.hopper as h
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+    res["probe"] = {"triton": triton.__version__, "hopper": [n for n in dir(h) if not n.startswith("_")],
+                    "hopper.tma": [n for n in dir(h.tma) if not n.startswith("_")],
+                    "hopper.mbarrier": [n for n in dir(h.mbarrier) if not n.startswith("_")],
+                    "ampere.async_copy": [n for n in dir(async_copy) if not n.startswith("_")],
+                    "gl": [n for n in dir(gl) if not n.startswith("_")]}
+    r = subprocess.run([sys.executable, "-c", GLUON_INTERP], capture_output=True, text=True,
+                       env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=120)
+    res["probe"]["interpret"] = (r.stdout + r.stderr)[-600:]
+    log(json.dumps(res["probe"])[:6000])
+
+
+def families(res, budget_s):
+    import torch
+
+    from kernelsearch.families import get
+    from kernelsearch.harness import timing as tm
+    from kernelsearch.harness.correctness import compare
+    from kernelsearch.harness.sandbox import load
+
+    t0 = time.time()
+    rows = []
+    for name, shapes in SHAPES.items():
+        fam = get(name)
+        mods = {v: load(fam.variants[v].file.read_text(), "nf") for v in fam.variants}
+        for shape in shapes:
+            if time.time() - t0 > budget_s:
+                rows.append({"family": name, "shape": shape, "skipped": "budget"})
+                continue
+            g = torch.Generator().manual_seed(0)
+            args = fam.make_inputs(shape, "bfloat16", "cuda", g)
+            ref = fam.reference(*args)
+            floor = max(fam.bytes_moved(shape, 2) / BW, fam.flops(shape) / PEAK)
+            nset = tm.rotations(sum(a.numel() * a.element_size() for a in args
+                                    if isinstance(a, torch.Tensor)), "cuda", cap=3)
+            sets = [args] + [fam.make_inputs(shape, "bfloat16", "cuda",
+                                             torch.Generator().manual_seed(i + 1))
+                             for i in range(nset - 1)]
+            row = {"family": name, "shape": shape, "floor_us": floor * 1e6, "impls": {}}
+            for v, mod in mods.items():
+                for cfg in CONFIGS[name]:
+                    key = f"{v} {json.dumps(cfg, sort_keys=True)}"
+                    try:
+                        out = mod.forward(*args, **cfg)
+                        compare(out, ref, "bfloat16", fam, f"{name} {shape}")
+                        t = tm.bench_graph(lambda *a: mod.forward(*a, **cfg), sets,
+                                           replays=10)["median_s"]
+                        row["impls"][key] = {"us": t * 1e6, "pct_floor": 100 * floor / t}
+                    except Exception as e:  # noqa: BLE001  (a measurement: record and go on)
+                        row["impls"][key] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            try:
+                t = tm.bench_graph(fam.torch_default, sets[:2], replays=5)["median_s"]
+                row["impls"]["torch"] = {"us": t * 1e6, "pct_floor": 100 * floor / t}
+            except Exception as e:  # noqa: BLE001
+                row["impls"]["torch"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+            log(json.dumps(row))
+            rows.append(row)
+            del sets, args, ref
+            torch.cuda.empty_cache()
+    res["families"] = rows
+
+
+def torch_path(res):
+    """FlashMLA's inputs through the torch path on the GPU (bf16): NaN rows, unused slots,
+    zero-length sequences; against the float64 reference."""
+    import torch
+
+    from kernelsearch.families import get, mla
+    from kernelsearch.harness.correctness import compare
+
+    fam = get("mla_decode")
+    sp = get("mla_sparse_decode")
+    out = {}
+    g = torch.Generator().manual_seed(0)
+    q, kv, bt, sl, _ = fam.make_inputs((8, 128, 4160, 64, 1), "bfloat16", "cuda", g)
+    sl[2] = 0
+    sl[3] = 0
+    lens = sl.tolist()
+    for b, n in enumerate(lens):
+        bt[b, -(-n // 64):] = 2147480000
+    flat = kv.view(-1, mla.D_QK)
+    flat[(flat == mla.POISON).all(dim=1)] = float("nan")
+    sc = mla.FLASHMLA_DEFAULT_SCALE
+    o, lse = fam.torch_default(q, kv, bt, sl, sc, return_lse=True)
+    ref, rl = fam.reference(q, kv, bt, sl, sc, return_lse=True)
+    compare(o, ref, "bfloat16", fam, "dense torch, FlashMLA inputs")
+    out["dense"] = {"nan": bool(o.isnan().any()), "zero_len_out_zero": bool((o[2:4] == 0).all()),
+                    "lse_max_abs_err": float((lse.double() - rl)[torch.isfinite(rl)].abs().max())}
+    idx = torch.randint(0, 4160, (8, 2048), generator=g, dtype=torch.int32).cuda()
+    idx[1] = -1
+    o, lse = sp.torch_default(q, kv, bt, sl, idx, sc, return_lse=True)
+    ref = sp.reference(q, kv, bt, sl, idx, sc)
+    compare(o, ref, "bfloat16", sp, "sparse torch, FlashMLA inputs")
+    out["sparse"] = {"nan": bool(o.isnan().any()), "no_index_out_zero": bool((o[1] == 0).all())}
+    res["torch_path"] = out
+    log(json.dumps(out))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", default="probe,torch,families")
+    ap.add_argument("--budget-s", type=float, default=200.0)
+    a = ap.parse_args()
+    import torch
+
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    parts = a.parts.split(",")
+    for p, fn in (("probe", lambda: probe(res)), ("torch", lambda: torch_path(res)),
+                  ("families", lambda: families(res, a.budget_s))):
+        if p in parts:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                res[p + "_error"] = f"{type(e).__name__}: {str(e)[:500]}"
+                log(res[p + "_error"])
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    (Path(a.out) / "mla_new_families.json").write_text(json.dumps(res, indent=1))
+    for r in res.get("families", []):
+        best = min((v["us"], k) for k, v in r.get("impls", {}).items() if "us" in v and k != "torch") \
+            if any("us" in v for k, v in r.get("impls", {}).items() if k != "torch") else None
+        log(r["family"], r["shape"], f"floor {r.get('floor_us', 0):.1f}us",
+            f"best {best[0]:.1f}us ({100 * r['floor_us'] / best[0]:.0f}%) {best[1]}" if best else "none",
+            f"torch {r['impls'].get('torch', {}).get('us', float('nan')):.1f}us")
+
+
+if __name__ == "__main__":
+    main()
