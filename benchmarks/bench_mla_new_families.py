@@ -117,6 +117,67 @@ def families(res, budget_s):
     res["families"] = rows
 
 
+GLUON_SHAPES = [(64, 128, 4096, 64, 0), (32, 128, 32768, 64, 0), (8, 128, 131072, 64, 0),
+                (128, 128, 163840, 64, 0)]
+GLUON_CONFIGS = [dict(BLOCK_N=64, STAGES=2, GRID=g) for g in (132, 264, 528)] + [
+    dict(BLOCK_N=32, STAGES=3, GRID=g) for g in (264, 528)]
+TRITON_BEST = [("tma", dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, WS=0, GRID=g, num_warps=8))
+               for g in (264, 528)]
+
+
+def gluon_dense(res, budget_s):
+    """The Gluon mla_decode variant: correctness on ragged FlashMLA-style inputs (NaN in unread
+    rows, pages 64 and 16), then the four bench shapes against the Triton tma variant."""
+    import torch
+
+    from kernelsearch.families import get, mla
+    from kernelsearch.harness import timing as tm
+    from kernelsearch.harness.correctness import compare
+    from kernelsearch.harness.sandbox import load
+
+    fam = get("mla_decode")
+    gmod = load((ROOT / "kernelsearch/families/mla_decode/gluon_wgmma.py").read_text(), "gl")
+    tmod = load(fam.variants["tma"].file.read_text(), "tm")
+    out = {"checks": {}, "rows": []}
+    for shape in [(7, 128, 5000, 64, 1), (3, 128, 2049, 16, 1), (33, 128, 8193, 64, 1)]:
+        args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(3))
+        q, kv, bt, sl, sc = args
+        flat = kv.view(-1, mla.D_QK)
+        flat[(flat == mla.POISON).all(dim=1)] = float("nan")
+        ref = fam.reference(*args)
+        for cfg in (GLUON_CONFIGS[0], GLUON_CONFIGS[3]):
+            k = f"{shape} {cfg}"
+            try:
+                compare(gmod.forward(*args, **cfg), ref, "bfloat16", fam, k)
+                out["checks"][k] = "ok"
+            except Exception as e:  # noqa: BLE001
+                out["checks"][k] = f"{type(e).__name__}: {str(e)[:400]}"
+            log(k, out["checks"][k])
+    t0 = time.time()
+    for shape in GLUON_SHAPES:
+        if time.time() - t0 > budget_s:
+            break
+        args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(0))
+        ref = fam.reference(*args)
+        sets = [args, fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(1))]
+        floor = max(fam.bytes_moved(shape, 2) / BW, fam.flops(shape) / PEAK)
+        row = {"shape": shape, "floor_us": floor * 1e6, "impls": {}}
+        for name, mod, cfg in ([("gluon", gmod, c) for c in GLUON_CONFIGS]
+                               + [(v, tmod, c) for v, c in TRITON_BEST]):
+            k = f"{name} {json.dumps(cfg, sort_keys=True)}"
+            try:
+                compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, k)
+                t = tm.bench_graph(lambda *a: mod.forward(*a, **cfg), sets, replays=10)["median_s"]
+                row["impls"][k] = {"us": t * 1e6, "pct_floor": 100 * floor / t}
+            except Exception as e:  # noqa: BLE001
+                row["impls"][k] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        log(json.dumps(row))
+        out["rows"].append(row)
+        del sets, args, ref
+        torch.cuda.empty_cache()
+    res["gluon"] = out
+
+
 def torch_path(res):
     """FlashMLA's inputs through the torch path on the GPU (bf16): NaN rows, unused slots,
     zero-length sequences; against the float64 reference."""
@@ -156,7 +217,7 @@ def torch_path(res):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default="probe,torch,families")
+    ap.add_argument("--parts", default="probe,torch,gluon,families")
     ap.add_argument("--budget-s", type=float, default=200.0)
     a = ap.parse_args()
     import torch
@@ -164,6 +225,7 @@ def main():
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
     parts = a.parts.split(",")
     for p, fn in (("probe", lambda: probe(res)), ("torch", lambda: torch_path(res)),
+                  ("gluon", lambda: gluon_dense(res, a.budget_s)),
                   ("families", lambda: families(res, a.budget_s))):
         if p in parts:
             try:
@@ -173,10 +235,10 @@ def main():
                 log(res[p + "_error"])
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "mla_new_families.json").write_text(json.dumps(res, indent=1))
-    for r in res.get("families", []):
+    for r in res.get("families", []) + res.get("gluon", {}).get("rows", []):
         best = min((v["us"], k) for k, v in r.get("impls", {}).items() if "us" in v and k != "torch") \
             if any("us" in v for k, v in r.get("impls", {}).items() if k != "torch") else None
-        log(r["family"], r["shape"], f"floor {r.get('floor_us', 0):.1f}us",
+        log(r.get("family", "mla_decode"), r["shape"], f"floor {r.get('floor_us', 0):.1f}us",
             f"best {best[0]:.1f}us ({100 * r['floor_us'] / best[0]:.0f}%) {best[1]}" if best else "none",
             f"torch {r['impls'].get('torch', {}).get('us', float('nan')):.1f}us")
 
