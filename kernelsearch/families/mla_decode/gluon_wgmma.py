@@ -39,7 +39,8 @@ def _issue(KV, bt, kn_s, kp_s, n0, end, PAGE: gl.constexpr, BLOCK_N: gl.constexp
 def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale,
                        sqb, sqh, sbt, sob, soh,
                        PAGE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
-                       STAGES: gl.constexpr, ONE: gl.constexpr, num_warps: gl.constexpr):
+                       STAGES: gl.constexpr, ONE: gl.constexpr, PIPE: gl.constexpr,
+                       num_warps: gl.constexpr):
     hb = gl.program_id(0)
     s = gl.program_id(1)
     b = gl.program_id(2)
@@ -86,31 +87,66 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
     l_i = gl.zeros([BLOCK_H], gl.float32, layout=gl.SliceLayout(1, S_L))
     acc = gl.zeros([BLOCK_H, 512], gl.float32, layout=O_L)
     s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, layout=S_L)
-    for t in range(0, n_tiles):
-        nxt = t + STAGES - 1
-        _issue(KV, bt, kn_s.index(nxt % STAGES), kp_s.index(nxt % STAGES),
-               start + nxt * BLOCK_N, end, PAGE, BLOCK_N, LN, LP)
-        async_copy.commit_group()
-        async_copy.wait_group(STAGES - 1)  # tile t has landed (the ones after it may not)
+    if PIPE:
+        # software-pipelined: S of tile t+1 is issued right behind P @ V of tile t, so the
+        # tensor cores never wait on the softmax's registers between the two
+        async_copy.wait_group(STAGES - 2)
         fence_async_shared()
         _barrier()
-        kn = kn_s.index(t % STAGES)
-        kp = kp_s.index(t % STAGES)
-        sc = warpgroup_mma(qn_s, kn.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        sc = warpgroup_mma(qp_s, kp.permute((1, 0)), sc, is_async=True)
+        sc = warpgroup_mma(qn_s, kn_s.index(0).permute((1, 0)), s_zero, use_acc=False,
+                           is_async=True)
+        sc = warpgroup_mma(qp_s, kp_s.index(0).permute((1, 0)), sc, is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-        n = start + t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
-        sc = gl.where((n < end)[None, :], sc * qk_scale, -float("inf"))
-        m_new = gl.maximum(m_i, gl.max(sc, axis=1))
-        p = gl.exp2(sc - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
-        pa = gl.convert_layout(p.to(gl.bfloat16), P_L)
-        acc = warpgroup_mma(pa, kn, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        m_i = m_new
-        _barrier()  # every warp is done with this stage before it is refilled
+        for t in range(0, n_tiles):
+            _barrier()  # stage (t - 1) % STAGES is read by nobody now: refill it
+            nxt = t + STAGES - 1
+            _issue(KV, bt, kn_s.index(nxt % STAGES), kp_s.index(nxt % STAGES),
+                   start + nxt * BLOCK_N, end, PAGE, BLOCK_N, LN, LP)
+            async_copy.commit_group()
+            n = start + t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+            sc = gl.where((n < end)[None, :], sc * qk_scale, -float("inf"))
+            m_new = gl.maximum(m_i, gl.max(sc, axis=1))
+            p = gl.exp2(sc - m_new[:, None])
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
+            pa = gl.convert_layout(p.to(gl.bfloat16), P_L)
+            acc = warpgroup_mma(pa, kn_s.index(t % STAGES), acc, is_async=True)
+            async_copy.wait_group(STAGES - 2)  # tile t + 1 has landed
+            fence_async_shared()
+            _barrier()
+            k1 = (t + 1) % STAGES
+            sc = warpgroup_mma(qn_s, kn_s.index(k1).permute((1, 0)), s_zero, use_acc=False,
+                               is_async=True)
+            sc = warpgroup_mma(qp_s, kp_s.index(k1).permute((1, 0)), sc, is_async=True)
+            acc, sc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, sc))
+    else:
+        for t in range(0, n_tiles):
+            nxt = t + STAGES - 1
+            _issue(KV, bt, kn_s.index(nxt % STAGES), kp_s.index(nxt % STAGES),
+                   start + nxt * BLOCK_N, end, PAGE, BLOCK_N, LN, LP)
+            async_copy.commit_group()
+            async_copy.wait_group(STAGES - 1)  # tile t has landed (the ones after it may not)
+            fence_async_shared()
+            _barrier()
+            kn = kn_s.index(t % STAGES)
+            kp = kp_s.index(t % STAGES)
+            sc = warpgroup_mma(qn_s, kn.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            sc = warpgroup_mma(qp_s, kp.permute((1, 0)), sc, is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+            n = start + t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
+            sc = gl.where((n < end)[None, :], sc * qk_scale, -float("inf"))
+            m_new = gl.maximum(m_i, gl.max(sc, axis=1))
+            p = gl.exp2(sc - m_new[:, None])
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
+            pa = gl.convert_layout(p.to(gl.bfloat16), P_L)
+            acc = warpgroup_mma(pa, kn, acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            m_i = m_new
+            _barrier()  # every warp is done with this stage before it is refilled
     async_copy.wait_group(0)
 
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_L))
@@ -152,7 +188,7 @@ def _mla_gluon_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
 
 
 def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLOCK_N: int = 64,
-            GRID: int = 264, STAGES: int = 2, num_warps: int = 8):
+            GRID: int = 264, STAGES: int = 2, PIPE: int = 1, num_warps: int = 8):
     B, H = q.shape[0], q.shape[1]
     page = kv_cache.shape[1]
     cap = block_table.shape[1] * page
@@ -170,7 +206,7 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLO
         q, kv_cache, block_table, seq_lens, out, op, lp, H, n_splits, per * BLOCK_N,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1),
-        PAGE=page, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one,
+        PAGE=page, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one, PIPE=PIPE,
         num_warps=num_warps)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()

@@ -59,14 +59,18 @@ def make_inputs(shape, dtype, device, gen, dist="normal"):
     q, kv, table, lens = mla.decode_inputs(B, nh, L, page, ragged, dtype, device, gen, dist)
     idx = make_indices(B, L, page, topk, lens, ragged, gen)
     flat = kv.view(-1, mla.D_QK)
-    packed = quantize(flat)
-    poison = (flat == mla.POISON).all(dim=1)
-    bad = packed[poison]
-    bad[:, :512] = 0x7E  # e4m3fn 448
-    bad[:, 512:528].view(torch.float32).fill_(1.0)
-    bad[:, 528:].view(torch.bfloat16).fill_(mla.POISON)
-    packed[poison] = bad
-    cache = packed.view(kv.shape[0], page, ROW_BYTES)
+    packed = torch.empty((flat.shape[0], ROW_BYTES), dtype=torch.uint8, device=kv.device)
+    for a in range(0, flat.shape[0], 1 << 20):  # in pieces: a 128 x 160k cache is 21M rows
+        part = flat[a:a + (1 << 20)]
+        q8 = quantize(part)
+        bad = (part == mla.POISON).all(dim=1)
+        q8[bad, :512] = 0x7E  # e4m3fn 448
+        q8[bad, 512:528] = torch.tensor([1.0] * 4).view(torch.uint8).to(kv.device)
+        q8[bad, 528:] = torch.full((64,), mla.POISON, dtype=torch.bfloat16).view(
+            torch.uint8).to(kv.device)
+        packed[a:a + (1 << 20)] = q8
+    del kv, flat
+    cache = packed.view(-1, page, ROW_BYTES)
     return (q, cache, table, lens.to(device), idx.to(device), mla.SCALE)
 
 
