@@ -113,9 +113,9 @@ def test_judge_rejects_an_fp8_kernel_that_attends_past_the_length():
 
 def test_judge_rejects_an_fp8_kernel_that_ignores_the_tile_scales():
     src = FP8.variants["rows"].file.read_text()
-    old = "to(tl.float32) * sc[:, None]"
+    old = "kn = tl.reshape(f * sc[:, :, None], [BLOCK_N, 512])"
     assert old in src
-    bad = src.replace(old, "to(tl.float32) + 0 * sc[:, None]")
+    bad = src.replace(old, "kn = tl.reshape(f + 0 * sc[:, :, None], [BLOCK_N, 512])")
     v = judge("mla_sparse_decode_fp8", bad,
               CFG, device="cpu", timing=False, random_shapes=0, seeds=1)
     assert v.code == "incorrect", v

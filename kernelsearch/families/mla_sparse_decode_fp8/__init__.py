@@ -78,9 +78,15 @@ def reference(q, kv_cache, block_table, seq_lens, indices, scale, *, return_lse:
     ok = selected(indices, seq_lens)
     rows = [mla.gather_rows(kv_cache, block_table[b:b + 1], indices[b:b + 1][ok[b:b + 1]]
                             .view(1, -1))[0] for b in range(q.shape[0])]
-    nrow = kv_cache.shape[0] * kv_cache.shape[1]
-    deq = dequantize(kv_cache.reshape(nrow, ROW_BYTES)).double()
-    return mla.reference_rows(q, deq, rows, scale, return_lse)
+    import torch
+
+    # only the selected rows are dequantized (all of a 128 x 160k cache in float64 is 97 GB)
+    flat = kv_cache.reshape(-1, ROW_BYTES)
+    deq = [dequantize(flat[r]).double() for r in rows]
+    offsets = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).tolist()
+    compact = torch.cat(deq) if deq else torch.empty((0, mla.D_QK), dtype=torch.float64)
+    local = [torch.arange(offsets[b], offsets[b + 1], device=q.device) for b in range(len(rows))]
+    return mla.reference_rows(q, compact, local, scale, return_lse)
 
 
 def torch_default(q, kv_cache, block_table, seq_lens, indices, scale, *,

@@ -1,8 +1,7 @@
 """Sparse MLA decode over the V3.2 FP8 cache, rows first: mla_sparse_decode's `rows` variant
 (a first kernel turns positions into physical rows once), with each gathered row dequantized in
-registers, one 128-column tile at a time (e4m3 bytes bitcast and widened, times that tile's
-float32 scale; the 64 bf16 rope values as they are), cast to q's dtype for the tensor-core dots,
-with one [BLOCK_H, 128] accumulator a tile. The cache goes in as three views of the
+registers: 512 e4m3 bytes bitcast and widened, times their tile's float32 scale, and the 64 bf16
+rope values, cast to q's dtype for the tensor-core dots. The cache goes in as three views of the
 same bytes (uint8 for the e4m3 values, float32 for the scales, bfloat16 for the rope), so every
 address is plain element arithmetic: 656 B a row = 164 float32 = 328 bfloat16."""
 import torch
@@ -23,15 +22,6 @@ def _rows(BT, SL, IDX, R, topk, cap, sbt, sib, PAGE: tl.constexpr, BLOCK: tl.con
              mask=n < topk)
 
 
-@triton.jit
-def _tile(K8, KS, row, ok, t: tl.constexpr, dt, QTY: tl.constexpr):
-    """Columns [128 t, 128 t + 128) of the gathered rows, dequantized: e4m3 times the row's
-    scale for that tile (one float32 a row, no reshape of the tile)."""
-    raw = tl.load(K8 + row[:, None] * 656 + t * 128 + dt[None, :], mask=ok[:, None], other=0)
-    sc = tl.load(KS + row * 164 + 128 + t, mask=ok, other=0.0)
-    return (raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * sc[:, None]).to(QTY)
-
-
 @triton.jit(do_not_specialize=["n_splits"])
 def _fp8_partial(Q, K8, KS, KR, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale, nrows,
                  sqb, sqh, sob, soh,
@@ -44,37 +34,28 @@ def _fp8_partial(Q, K8, KS, KR, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_
     end = tl.minimum(start + split_len, topk)
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = h < H
-    dt = tl.arange(0, 128)
+    dn = tl.arange(0, 512)
     dr = tl.arange(0, 64)
+    dt = tl.arange(0, 4)
     qrow = Q + b.to(tl.int64) * sqb + h[:, None] * sqh
-    q0 = tl.load(qrow + dt[None, :], mask=hmask[:, None], other=0.0)
-    q1 = tl.load(qrow + 128 + dt[None, :], mask=hmask[:, None], other=0.0)
-    q2 = tl.load(qrow + 256 + dt[None, :], mask=hmask[:, None], other=0.0)
-    q3 = tl.load(qrow + 384 + dt[None, :], mask=hmask[:, None], other=0.0)
+    qn = tl.load(qrow + dn[None, :], mask=hmask[:, None], other=0.0)
     qp = tl.load(qrow + 512 + dr[None, :], mask=hmask[:, None], other=0.0)
-    QTY = Q.dtype.element_ty
     m_i = tl.full([BLOCK_H], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
-    a0 = tl.zeros([BLOCK_H, 128], tl.float32)
-    a1 = tl.zeros([BLOCK_H, 128], tl.float32)
-    a2 = tl.zeros([BLOCK_H, 128], tl.float32)
-    a3 = tl.zeros([BLOCK_H, 128], tl.float32)
+    acc = tl.zeros([BLOCK_H, 512], tl.float32)
     rb = RW + b.to(tl.int64) * topk
     for n0 in tl.range(start, end, BLOCK_N, num_stages=STAGES):
         n = n0 + tl.arange(0, BLOCK_N)
         r = tl.load(rb + n, mask=n < end, other=-1)
         ok = (r >= 0) & (r < nrows)
         row = tl.where(ok, r, 0).to(tl.int64)
-        k0 = _tile(K8, KS, row, ok, 0, dt, QTY)
-        k1 = _tile(K8, KS, row, ok, 1, dt, QTY)
-        k2 = _tile(K8, KS, row, ok, 2, dt, QTY)
-        k3 = _tile(K8, KS, row, ok, 3, dt, QTY)
+        raw = tl.load(K8 + row[:, None] * 656 + dn[None, :], mask=ok[:, None], other=0)
+        sc = tl.load(KS + row[:, None] * 164 + 128 + dt[None, :], mask=ok[:, None], other=0.0)
+        f = tl.reshape(raw.to(tl.float8e4nv, bitcast=True).to(tl.float32), [BLOCK_N, 4, 128])
+        kn = tl.reshape(f * sc[:, :, None], [BLOCK_N, 512]).to(Q.dtype.element_ty)
         kp = tl.load(KR + row[:, None] * 328 + 264 + dr[None, :], mask=ok[:, None],
-                     other=0.0).to(QTY)
-        qk = tl.dot(q0, tl.trans(k0))
-        qk = tl.dot(q1, tl.trans(k1), qk)
-        qk = tl.dot(q2, tl.trans(k2), qk)
-        qk = tl.dot(q3, tl.trans(k3), qk)
+                     other=0.0).to(Q.dtype.element_ty)
+        qk = tl.dot(qn, tl.trans(kn))
         qk = tl.dot(qp, tl.trans(kp), qk)
         qk = tl.where(ok[None, :], qk * qk_scale, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(qk, axis=1))
@@ -82,28 +63,18 @@ def _fp8_partial(Q, K8, KS, KR, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_
         p = tl.exp2(qk - m_use[:, None])
         alpha = tl.exp2(m_i - m_use)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        pq = p.to(QTY)
-        a0 = a0 * alpha[:, None] + tl.dot(pq, k0)
-        a1 = a1 * alpha[:, None] + tl.dot(pq, k1)
-        a2 = a2 * alpha[:, None] + tl.dot(pq, k2)
-        a3 = a3 * alpha[:, None] + tl.dot(pq, k3)
+        acc = acc * alpha[:, None] + tl.dot(p.to(kn.dtype), kn)
         m_i = m_new
     safe = tl.where(l_i > 0, l_i, 1.0)
-    ob = O + b.to(tl.int64) * sob + h[:, None] * soh + dt[None, :]
     if ONE:
-        tl.store(ob, (a0 / safe[:, None]).to(O.dtype.element_ty), mask=hmask[:, None])
-        tl.store(ob + 128, (a1 / safe[:, None]).to(O.dtype.element_ty), mask=hmask[:, None])
-        tl.store(ob + 256, (a2 / safe[:, None]).to(O.dtype.element_ty), mask=hmask[:, None])
-        tl.store(ob + 384, (a3 / safe[:, None]).to(O.dtype.element_ty), mask=hmask[:, None])
+        tl.store(O + b.to(tl.int64) * sob + h[:, None] * soh + dn[None, :],
+                 (acc / safe[:, None]).to(O.dtype.element_ty), mask=hmask[:, None])
     else:
         lse = tl.where(l_i > 0, m_i + tl.log2(safe), -float("inf"))
         prow = (b.to(tl.int64) * H + h) * n_splits + s
         tl.store(Lp + prow, lse, mask=hmask)
-        pb = Op + prow[:, None] * 512 + dt[None, :]
-        tl.store(pb, a0 / safe[:, None], mask=hmask[:, None])
-        tl.store(pb + 128, a1 / safe[:, None], mask=hmask[:, None])
-        tl.store(pb + 256, a2 / safe[:, None], mask=hmask[:, None])
-        tl.store(pb + 384, a3 / safe[:, None], mask=hmask[:, None])
+        tl.store(Op + prow[:, None] * 512 + dn[None, :], acc / safe[:, None],
+                 mask=hmask[:, None])
 
 
 @triton.jit(do_not_specialize=["n_splits"])
