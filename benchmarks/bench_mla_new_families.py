@@ -71,7 +71,7 @@ def probe(res):
     log(json.dumps(res["probe"])[:6000])
 
 
-def families(res, budget_s, names):
+def families(res, budget_s, names, which=(0, 1, 2, 3)):
     import torch
 
     from kernelsearch.families import get
@@ -86,7 +86,7 @@ def families(res, budget_s, names):
             continue
         fam = get(name)
         mods = {v: load(fam.variants[v].file.read_text(), "nf") for v in fam.variants}
-        for shape in shapes:
+        for shape in [shapes[i] for i in which]:
             if time.time() - t0 > budget_s:
                 rows.append({"family": name, "shape": shape, "skipped": "budget"})
                 continue
@@ -273,6 +273,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--parts", default="probe,torch,gluon,sparse,families")
     ap.add_argument("--families", default="mla_decode_mtp,mla_sparse_decode_fp8")
+    ap.add_argument("--shapes", default="0,1,2,3", help="which of SHAPES' four, by index")
     ap.add_argument("--budget-s", type=float, default=200.0)
     a = ap.parse_args()
     import torch
@@ -282,7 +283,8 @@ def main():
     for p, fn in (("probe", lambda: probe(res)), ("torch", lambda: torch_path(res)),
                   ("gluon", lambda: gluon_dense(res, a.budget_s)),
                   ("sparse", lambda: sparse_table(res)),
-                  ("families", lambda: families(res, a.budget_s, a.families.split(",")))):
+                  ("families", lambda: families(res, a.budget_s, a.families.split(","),
+                                                [int(i) for i in a.shapes.split(",")]))):
         if p in parts:
             try:
                 fn()
