@@ -191,6 +191,34 @@ def gluon_dense(res, budget_s):
     res["gluon"] = out
 
 
+def gluon_probe(res):
+    """Ceiling probe: the Gluon kernel's loop with no cache loads (MMAs, softmax, merge only;
+    the output is wrong and not checked) against the full kernel, same config."""
+    import torch
+
+    from kernelsearch.families import get
+    from kernelsearch.harness import timing as tm
+    from kernelsearch.harness.sandbox import load
+
+    fam = get("mla_decode")
+    gmod = load((ROOT / "kernelsearch/families/mla_decode/gluon_wgmma.py").read_text(), "gp")
+    rows = []
+    for shape, grid in (((64, 128, 4096, 64, 0), 132), ((8, 128, 131072, 64, 0), 528)):
+        args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(0))
+        sets = [args, fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(1))]
+        floor = max(fam.bytes_moved(shape, 2) / BW, fam.flops(shape) / PEAK)
+        row = {"shape": shape, "floor_us": floor * 1e6}
+        for nl in (0, 1):
+            cfg = dict(BLOCK_N=64, STAGES=2, GRID=grid, PIPE=1, NOLOAD=nl)
+            t = tm.bench_graph(lambda *a: gmod.forward(*a, **cfg), sets, replays=10)["median_s"]
+            row[f"noload={nl}"] = {"us": t * 1e6, "pct_floor": 100 * floor / t}
+        log(json.dumps(row))
+        rows.append(row)
+        del sets, args
+        torch.cuda.empty_cache()
+    res["gluon_probe"] = rows
+
+
 SPARSE_CFGS = [(v, dict(BLOCK_H=64, BLOCK_N=bn, STAGES=st, GRID=g, num_warps=8))
                for v in ("rows", "splitkv") for bn, st in ((64, 2), (32, 3)) for g in (132, 264, 528)]
 
@@ -283,6 +311,7 @@ def main():
     for p, fn in (("probe", lambda: probe(res)), ("torch", lambda: torch_path(res)),
                   ("gluon", lambda: gluon_dense(res, a.budget_s)),
                   ("sparse", lambda: sparse_table(res)),
+                  ("gprobe", lambda: gluon_probe(res)),
                   ("families", lambda: families(res, a.budget_s, a.families.split(","),
                                                 [int(i) for i in a.shapes.split(",")]))):
         if p in parts:

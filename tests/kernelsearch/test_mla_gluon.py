@@ -46,9 +46,9 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies(pipe, stag
     sig = {**ptr, **{k: "i32" for k in ints}, "qk_scale": "fp32",
            **{k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")},
            **{k: "constexpr" for k in ("PAGE", "BLOCK_H", "BLOCK_N", "STAGES", "ONE", "PIPE",
-                                       "num_warps")}}
+                                       "NOLOAD", "num_warps")}}
     consts = {"PAGE": 64, "BLOCK_H": 64, "BLOCK_N": block_n, "STAGES": stages, "ONE": False,
-              "PIPE": pipe, "num_warps": 8}
+              "PIPE": pipe, "NOLOAD": 0, "num_warps": 8}
     # what the launcher specialises on a real call: 16-byte aligned pointers and strides
     attrs = {(i,): [["tt.divisibility", 16]] for i in list(range(7)) + [11, 12, 14, 15]}
     src = gluon._runtime.GluonASTSource(mod._mla_gluon_partial, signature=sig,

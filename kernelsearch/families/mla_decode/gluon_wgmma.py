@@ -40,7 +40,7 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
                        sqb, sqh, sbt, sob, soh,
                        PAGE: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_N: gl.constexpr,
                        STAGES: gl.constexpr, ONE: gl.constexpr, PIPE: gl.constexpr,
-                       num_warps: gl.constexpr):
+                       NOLOAD: gl.constexpr, num_warps: gl.constexpr):
     hb = gl.program_id(0)
     s = gl.program_id(1)
     b = gl.program_id(2)
@@ -100,8 +100,9 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
         for t in range(0, n_tiles):
             _barrier()  # stage (t - 1) % STAGES is read by nobody now: refill it
             nxt = t + STAGES - 1
-            _issue(KV, bt, kn_s.index(nxt % STAGES), kp_s.index(nxt % STAGES),
-                   start + nxt * BLOCK_N, end, PAGE, BLOCK_N, LN, LP)
+            if not NOLOAD:  # NOLOAD: a ceiling probe (no cache reads in the loop; wrong output)
+                _issue(KV, bt, kn_s.index(nxt % STAGES), kp_s.index(nxt % STAGES),
+                       start + nxt * BLOCK_N, end, PAGE, BLOCK_N, LN, LP)
             async_copy.commit_group()
             n = start + t * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_L))
             sc = gl.where((n < end)[None, :], sc * qk_scale, -float("inf"))
@@ -188,7 +189,8 @@ def _mla_gluon_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
 
 
 def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLOCK_N: int = 64,
-            GRID: int = 264, STAGES: int = 2, PIPE: int = 1, num_warps: int = 8):
+            GRID: int = 264, STAGES: int = 2, PIPE: int = 1, NOLOAD: int = 0,
+            num_warps: int = 8):
     B, H = q.shape[0], q.shape[1]
     page = kv_cache.shape[1]
     cap = block_table.shape[1] * page
@@ -207,7 +209,7 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLO
         scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1),
         PAGE=page, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one, PIPE=PIPE,
-        num_warps=num_warps)
+        NOLOAD=NOLOAD, num_warps=num_warps)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
         _mla_gluon_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0), out.stride(1),
