@@ -16,57 +16,70 @@ DENSE = get("mla_decode")
 FILE = DENSE.variants["splitkv"].file.parent / "gluon_wgmma.py"
 
 
-_LOADED: list = []
+COMPILE = r"""
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental import gluon
 
-
-def _module(monkeypatch):
-    """Loaded once, with the interpreter off: the suite runs Triton's interpreter (conftest),
-    and this kernel is compiled, never interpreted."""
-    if not _LOADED:
-        monkeypatch.setenv("TRITON_INTERPRET", "0")
-        spec = importlib.util.spec_from_file_location("ks_mla_gluon_wgmma", FILE)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        _LOADED.append(mod)
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    return _LOADED[0]
-
-
-@pytest.mark.parametrize("pipe,stages,block_n", [(1, 2, 64), (0, 2, 64), (1, 4, 32)])
-def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies(pipe, stages, block_n,
-                                                                     monkeypatch):
-    triton = pytest.importorskip("triton")
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental import gluon
-
-    mod = _module(monkeypatch)
-    ptr = {"Q": "*bf16", "KV": "*bf16", "BT": "*i32", "SL": "*i32", "O": "*bf16",
-           "Op": "*fp32", "Lp": "*fp32"}
-    ints = ["H", "n_splits", "split_len"]
-    sig = {**ptr, **{k: "i32" for k in ints}, "qk_scale": "fp32",
-           **{k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")},
-           **{k: "constexpr" for k in ("PAGE", "BLOCK_H", "BLOCK_N", "STAGES", "ONE", "PIPE",
-                                       "NOLOAD", "num_warps")}}
+spec = importlib.util.spec_from_file_location("ks_mla_gluon_wgmma", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+ptr = ["Q", "KV", "BT", "SL", "O", "Op", "Lp"]
+ty = ["*bf16", "*bf16", "*i32", "*i32", "*bf16", "*fp32", "*fp32"]
+sig = dict(zip(ptr, ty))
+sig.update({k: "i32" for k in ("H", "n_splits", "split_len")})
+sig["qk_scale"] = "fp32"
+sig.update({k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")})
+sig.update({k: "constexpr" for k in ("PAGE", "BLOCK_H", "BLOCK_N", "STAGES", "ONE", "PIPE",
+                                     "NOLOAD", "num_warps")})
+# what the launcher specialises on a real call: 16-byte aligned pointers and strides
+attrs = {(i,): [["tt.divisibility", 16]] for i in list(range(7)) + [11, 12, 14, 15]}
+out = []
+for pipe, stages, block_n in json.loads(sys.argv[2]):
     consts = {"PAGE": 64, "BLOCK_H": 64, "BLOCK_N": block_n, "STAGES": stages, "ONE": False,
               "PIPE": pipe, "NOLOAD": 0, "num_warps": 8}
-    # what the launcher specialises on a real call: 16-byte aligned pointers and strides
-    attrs = {(i,): [["tt.divisibility", 16]] for i in list(range(7)) + [11, 12, 14, 15]}
     src = gluon._runtime.GluonASTSource(mod._mla_gluon_partial, signature=sig,
                                         constexprs=consts, attrs=attrs)
     ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
     ptx = ck.asm["ptx"]
-    assert ".target sm_90a" in ptx
-    assert "wgmma.mma_async" in ptx and "cp.async" in ptx
-    assert ck.metadata.shared <= 227 * 1024  # one program's ring fits the SM's shared memory
+    out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
+                "cp_async": ptx.count("cp.async"), "shared": ck.metadata.shared})
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
+    """In a child without TRITON_INTERPRET (the suite's conftest sets it; this kernel is compiled,
+    never interpreted)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.experimental.gluon")
+    cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    for cfg, res in zip(cfgs, json.loads(line[0][7:])):
+        assert res["sm90a"], cfg
+        assert res["wgmma"] > 0 and res["cp_async"] > 0, (cfg, res)
+        assert res["shared"] <= 227 * 1024, (cfg, res)  # the ring fits an SM's shared memory
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
                     or torch.cuda.get_device_capability()[0] != 9, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("shape", [(7, 128, 5000, 64, 1), (3, 128, 2049, 16, 1)])
 def test_gluon_kernel_matches_the_reference_on_flashmla_style_inputs(shape, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     from kernelsearch.harness.correctness import compare
 
-    mod = _module(monkeypatch)
+    spec = importlib.util.spec_from_file_location("ks_mla_gluon_wgmma", FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     args = DENSE.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(3))
     flat = args[1].view(-1, mla.D_QK)
     flat[(flat == mla.POISON).all(dim=1)] = float("nan")
