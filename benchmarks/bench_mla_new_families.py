@@ -80,7 +80,7 @@ def families(res, budget_s, names, which=(0, 1, 2, 3)):
     from kernelsearch.harness.sandbox import load
 
     t0 = time.time()
-    rows = []
+    rows = res.setdefault("families", [])  # kept as it grows: a later shape may run out of memory
     for name, shapes in SHAPES.items():
         if name not in names:
             continue
@@ -120,7 +120,6 @@ def families(res, budget_s, names, which=(0, 1, 2, 3)):
             rows.append(row)
             del sets, args, ref
             torch.cuda.empty_cache()
-    res["families"] = rows
 
 
 GLUON_SHAPES = [(64, 128, 4096, 64, 0), (32, 128, 32768, 64, 0), (8, 128, 131072, 64, 0),
