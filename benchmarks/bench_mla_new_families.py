@@ -190,6 +190,62 @@ def gluon_dense(res, budget_s):
     res["gluon"] = out
 
 
+def gluon_sparse(res):
+    """The Gluon mla_sparse_decode kernel: correctness on ragged inputs with NaN in unread rows
+    and skipped slots, then the four bench shapes against the Triton rows variant."""
+    import torch
+
+    from kernelsearch.families import get, mla
+    from kernelsearch.harness import timing as tm
+    from kernelsearch.harness.correctness import compare
+    from kernelsearch.harness.sandbox import load
+
+    fam = get("mla_sparse_decode")
+    gmod = load((ROOT / "kernelsearch/families/mla_sparse_decode/gluon_wgmma.py").read_text(),
+                "gs")
+    tmod = load(fam.variants["rows"].file.read_text(), "rs")
+    out = {"checks": {}, "rows": []}
+    cfgs = [dict(BLOCK_N=64, STAGES=2, GRID=g) for g in (132, 264, 528)] + [
+        dict(BLOCK_N=32, STAGES=4, GRID=264)]
+    for shape in [(7, 128, 5000, 64, 2048, 1), (3, 128, 1500, 16, 2048, 1),
+                  (5, 128, 3000, 64, 512, 1)]:
+        args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(3))
+        flat = args[1].view(-1, mla.D_QK)
+        flat[(flat == mla.POISON).all(dim=1)] = float("nan")
+        ref = fam.reference(*args)
+        for cfg in (cfgs[0], cfgs[3]):
+            k = f"{shape} {cfg}"
+            try:
+                compare(gmod.forward(*args, **cfg), ref, "bfloat16", fam, k)
+                out["checks"][k] = "ok"
+            except Exception as e:  # noqa: BLE001
+                out["checks"][k] = f"{type(e).__name__}: {str(e)[:400]}"
+            log(k, out["checks"][k])
+    for shape in SHAPES["mla_sparse_decode_fp8"]:
+        args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(0))
+        ref = fam.reference(*args)
+        sets = [args] + [fam.make_inputs(shape, "bfloat16", "cuda",
+                                         torch.Generator().manual_seed(i)) for i in (1, 2)]
+        floor = max(fam.bytes_moved(shape, 2) / BW, fam.flops(shape) / PEAK)
+        row = {"family": "mla_sparse_decode", "shape": shape, "floor_us": floor * 1e6,
+               "impls": {}}
+        for name, mod, cfg in ([("gluon", gmod, c) for c in cfgs]
+                               + [("rows", tmod, dict(BLOCK_H=64, BLOCK_N=64, STAGES=2, GRID=g,
+                                                      num_warps=8)) for g in (132, 264)]):
+            k = f"{name} {json.dumps(cfg, sort_keys=True)}"
+            try:
+                compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, k)
+                t = tm.bench_graph(lambda *a: mod.forward(*a, **cfg), sets, replays=20)["median_s"]
+                row["impls"][k] = {"us": t * 1e6, "pct_floor": 100 * floor / t}
+            except Exception as e:  # noqa: BLE001
+                row["impls"][k] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        log(json.dumps(row))
+        out["rows"].append(row)
+        del sets, args, ref
+        torch.cuda.empty_cache()
+    res["gluon_sparse"] = out
+
+
 def gluon_probe(res):
     """Ceiling probe: the Gluon kernel's loop with no cache loads (MMAs, softmax, merge only;
     the output is wrong and not checked) against the full kernel, same config."""
@@ -311,6 +367,7 @@ def main():
                   ("gluon", lambda: gluon_dense(res, a.budget_s)),
                   ("sparse", lambda: sparse_table(res)),
                   ("gprobe", lambda: gluon_probe(res)),
+                  ("gsparse", lambda: gluon_sparse(res)),
                   ("families", lambda: families(res, a.budget_s, a.families.split(","),
                                                 [int(i) for i in a.shapes.split(",")]))):
         if p in parts:
@@ -322,7 +379,7 @@ def main():
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "mla_new_families.json").write_text(json.dumps(res, indent=1))
     for r in (res.get("families", []) + res.get("gluon", {}).get("rows", [])
-              + res.get("sparse_table", [])):
+              + res.get("sparse_table", []) + res.get("gluon_sparse", {}).get("rows", [])):
         best = {}
         for k, v in r.get("impls", {}).items():
             kind = k.split(" ")[0]
