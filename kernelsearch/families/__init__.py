@@ -8,7 +8,7 @@ import importlib
 from kernelsearch.families.base import Family, Variant  # noqa: F401  (re-exported)
 
 NAMES = ("softmax", "rmsnorm", "swiglu", "matmul", "decode_attention", "rope", "mla_decode",
-         "mla_sparse_decode")
+         "mla_sparse_decode", "mla_decode_mtp", "mla_sparse_decode_fp8")
 
 
 def get(name: str) -> Family:

@@ -26,7 +26,12 @@ from kernelsearch.families.base import Family, Variant, randn
 D_LATENT = 512  # kv_lora_rank: the V width
 D_ROPE = 64  # qk_rope_head_dim
 D_QK = D_LATENT + D_ROPE  # 576: the K width
-SCALE = 1.0 / math.sqrt(128 + 64)  # DeepSeek-V3: 1/sqrt(qk_nope + qk_rope head dim)
+# The softmax scale is always passed; nothing defaults it. DeepSeek-V3's model scale is
+# 1/sqrt(qk_nope + qk_rope) = 1/sqrt(192) (what the families' inputs use; YaRN's mscale**2 on top
+# for long-context checkpoints). FlashMLA's softmax_scale=None means 1/sqrt(head_dim_k) =
+# 1/sqrt(576), what its tests use: a user porting from FlashMLA passes its scale explicitly.
+SCALE = 1.0 / math.sqrt(128 + 64)
+FLASHMLA_DEFAULT_SCALE = 1.0 / math.sqrt(D_QK)
 POISON = 300.0  # what rows nobody may read hold: exp(scale * 576 * 300 * q) swamps any softmax
 
 
@@ -73,28 +78,57 @@ def gather_rows(kv_cache, block_table, pos):
     return blk.long() * page + pos.long() % page
 
 
-def reference_rows(q, kv_cache, rows_per_seq, scale):
-    """float64 attention of each sequence over the given physical cache rows."""
+def safe_rows(kv_cache, block_table, pos, ok):
+    """gather_rows for positions where `ok`, row 0 elsewhere: a block-table slot no read token
+    sits in may hold anything (FlashMLA's tests fill unused slots with 2147480000), and a
+    position may be anything where it is not attended (-1, past the length)."""
     import torch
 
-    flat = kv_cache.reshape(-1, D_QK)
-    out = []
+    cap = block_table.shape[1] * kv_cache.shape[1]
+    rows = gather_rows(kv_cache, block_table, torch.where(ok, pos, 0).clamp(0, cap - 1))
+    nrows = kv_cache.shape[0] * kv_cache.shape[1]
+    return torch.where(ok & (rows >= 0) & (rows < nrows), rows, 0)
+
+
+def reference_rows(q, kv_cache, rows_per_seq, scale, return_lse: bool = False):
+    """float64 attention of each sequence over the given physical cache rows (q[b] [M, 576]:
+    the heads, or heads x query tokens); a sequence with no row attends nothing: output 0 and
+    LSE +inf (FlashMLA's convention for an empty softmax)."""
+    import torch
+
+    flat = kv_cache.reshape(-1, kv_cache.shape[-1])
+    out, lses = [], []
     for b, rows in enumerate(rows_per_seq):
         kv = flat[rows].double()
         s = (q[b].double() @ kv.T) * scale
-        out.append(torch.softmax(s, dim=-1) @ kv[:, :D_LATENT])
-    return torch.stack(out)
+        out.append(torch.softmax(s, dim=-1) @ kv[:, :D_LATENT] if len(rows)
+                   else torch.zeros(q.shape[1:-1] + (D_LATENT,), dtype=torch.float64,
+                                    device=q.device))
+        lses.append(torch.logsumexp(s, dim=-1) if len(rows)
+                    else torch.full(q.shape[1:-1], float("inf"), dtype=torch.float64,
+                                    device=q.device))
+    return (torch.stack(out), torch.stack(lses)) if return_lse else torch.stack(out)
 
 
-def plain_attention(q, kv, mask, scale):
-    """The torch path a user writes: bmm(q, kv^T) -> float softmax -> bmm(p, kv[..., :512]).
-    kv [B, N, 576] gathered, mask [B, N] True where a token is attended."""
+def plain_attention(q, kv, mask, scale, return_lse: bool = False):
+    """The torch path a user writes: bmm(q, kv^T) -> float softmax -> bmm(p, kv[..., :512]),
+    made safe for any input a serving engine passes. kv [B, N, 576] gathered (a fresh tensor:
+    it is overwritten), mask [B, N] (or [B, M, N], per query row) True where a token is attended.
+    Rows not attended are zeroed first (they may hold NaN: 0 * NaN is NaN in p @ V), and a row of
+    q that attends nothing gets output 0 and LSE +inf instead of softmax's NaN. LSE is natural,
+    of the scaled scores, float32 [B, M] (vLLM and SGLang merge partial attentions with it)."""
     import torch
 
+    m3 = mask[:, None, :] if mask.dim() == 2 else mask
+    kv.masked_fill_(~mask.any(dim=1)[..., None] if mask.dim() == 3 else ~mask[..., None], 0)
     s = torch.bmm(q, kv.transpose(1, 2)).float() * scale
-    s = s.masked_fill(~mask[:, None, :], float("-inf"))
-    p = torch.softmax(s, dim=-1).to(q.dtype)
-    return torch.bmm(p, kv[..., :D_LATENT])
+    s = s.masked_fill(~m3, float("-inf"))
+    p = torch.softmax(s, dim=-1).masked_fill(~m3, 0.0).to(q.dtype)
+    out = torch.bmm(p, kv[..., :D_LATENT])
+    if not return_lse:
+        return out
+    lse = torch.logsumexp(s, dim=-1)
+    return out, lse.masked_fill(~m3.any(dim=-1), float("inf"))
 
 
 def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int]:
@@ -117,8 +151,8 @@ def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int
 def per_sequence_rms(ref):
     """Each sequence's own output scale (Family.scale_of): a ragged batch mixes one-token
     sequences (outputs O(1)) with 128k-token ones (outputs ~1e-2), and the bf16 rounding of p
-    errs in proportion to each sequence's own values."""
-    return ref.pow(2).mean(dim=(1, 2), keepdim=True).sqrt()
+    errs in proportion to each sequence's own values. ref [B, ..., 512]."""
+    return ref.pow(2).mean(dim=tuple(range(1, ref.dim())), keepdim=True).sqrt()
 
 
 def decode_inputs(B: int, nh: int, L: int, page: int, ragged: int, dtype, device, gen, dist):
@@ -159,21 +193,26 @@ def tile_valid(cfg: dict, shape) -> bool:
 def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, list]], *,
            n_tokens: Callable[[Any], float], int32_reads: Callable[[Any], int],
            shape_dims: Sequence[str], exact_dims: Sequence[str], cheap, search, sweep,
-           heldout, tiny, make_inputs, reference, torch_default, shape_of) -> Family:
+           heldout, tiny, make_inputs, reference, torch_default, shape_of,
+           q_rows: Callable[[Any], int] = lambda s: s[1], row_bytes: int | None = None,
+           dtypes: tuple[str, ...] = ("bfloat16", "float16")) -> Family:
     """An MLA decode family. `variants`: file stem -> its changes to TILE_DIMS; `n_tokens(s)`:
     tokens attended at shape s, fewest possible (what bytes and FLOPs count); `int32_reads(s)`:
-    the int32 index bytes read besides the cache (seq_lens, indices). Shapes start (B, H, L, P)."""
+    the int32 index bytes read besides the cache (seq_lens, indices); `q_rows(s)`: query rows a
+    sequence (its heads, times the query tokens for s_q > 1); `row_bytes`: cache bytes a token
+    (None: 576 elements of q's dtype; 656 for the V3.2 FP8 layout). Shapes start (B, H, L, P)."""
     def bytes_moved(s, es):
-        B, nh = s[0], s[1]
-        return n_tokens(s) * D_QK * es + B * nh * (D_QK + D_LATENT) * es + int32_reads(s)
+        B, rows = s[0], q_rows(s)
+        cache = row_bytes if row_bytes is not None else D_QK * es
+        return n_tokens(s) * cache + B * rows * (D_QK + D_LATENT) * es + int32_reads(s)
 
     def flops(s):
-        return 2.0 * s[1] * n_tokens(s) * (D_QK + D_LATENT)
+        return 2.0 * q_rows(s) * n_tokens(s) * (D_QK + D_LATENT)
 
     return Family(
         name=name,
         signature=signature,
-        dtypes=("bfloat16", "float16"),
+        dtypes=dtypes,
         variants={v: Variant(v, here / f"{v}.py", tile_dims(**changes), tile_valid)
                   for v, changes in variants.items()},
         search_shapes=search,
@@ -183,7 +222,7 @@ def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, 
         make_inputs=make_inputs,
         reference=reference,
         torch_default=torch_default,
-        out_spec=lambda q, *a: ((q.shape[0], q.shape[1], D_LATENT), q.dtype),
+        out_spec=lambda q, *a: ((*q.shape[:-1], D_LATENT), q.dtype),
         bytes_moved=bytes_moved,
         flops=flops,
         shape_of=shape_of,

@@ -1,6 +1,7 @@
 """MLA decode (DeepSeek-V2/V3/R1, absorbed): forward(q, kv_cache, block_table, seq_lens, scale)
 with q [B, H, 576], a paged latent cache kv_cache [num_blocks, page, 576], block_table
-[B, max_blocks] int32, seq_lens [B] int32 (1..capacity); out [B, H, 512] in q's dtype.
+[B, max_blocks] int32, seq_lens [B] int32 (0..capacity; 0 gives output 0); out [B, H, 512] in q's
+dtype. `scale` is always passed (mla.py: DeepSeek-V3's 1/sqrt(192), FlashMLA's default 1/sqrt(576)).
 K = all 576 columns, V = the first 512 (kernelsearch/families/mla.py). Compute-bound: 128 heads
 share each loaded latent row (242 FLOP per byte, past the H200's 171)."""
 from __future__ import annotations
@@ -31,25 +32,39 @@ def make_inputs(shape, dtype, device, gen, dist="normal"):
     return (q, kv, table, lens.to(device), mla.SCALE)
 
 
-def reference(q, kv_cache, block_table, seq_lens, scale):
+def reference(q, kv_cache, block_table, seq_lens, scale, *, return_lse: bool = False):
     import torch
 
     rows = []
     for b, n in enumerate(seq_lens.tolist()):
-        pos = torch.arange(n, device=q.device)[None, :]
+        pos = torch.arange(max(n, 0), device=q.device)[None, :]
         rows.append(mla.gather_rows(kv_cache, block_table[b:b + 1], pos)[0])
-    return mla.reference_rows(q, kv_cache, rows, scale)
+    return mla.reference_rows(q, kv_cache, rows, scale, return_lse)
 
 
-def torch_default(q, kv_cache, block_table, seq_lens, scale):
-    """The torch path over the gathered pages, masked past each length (no host sync: it
-    replays in a CUDA graph)."""
+def page_mask(kv_cache, block_table, seq_lens):
+    """(kv [B, capacity, 576] gathered, mask [B, capacity]): the pages each sequence reads, any
+    value in the block-table slots past its length (FlashMLA's tests: 2147480000) replaced by
+    page 0 before the gather, so nothing faults; no host sync (it replays in a CUDA graph)."""
     import torch
 
-    B = q.shape[0]
-    kv = kv_cache[block_table.long()].view(B, -1, mla.D_QK)
-    pos = torch.arange(kv.shape[1], device=q.device)
-    return mla.plain_attention(q, kv, pos[None, :] < seq_lens[:, None], scale)
+    B, mb = block_table.shape
+    page = kv_cache.shape[1]
+    lens = seq_lens.clamp(0, mb * page)
+    used = torch.arange(mb, device=block_table.device)[None, :] * page < lens[:, None]
+    bt = torch.where(used, block_table, 0).clamp(0, kv_cache.shape[0] - 1)
+    kv = kv_cache[bt.long()].view(B, -1, kv_cache.shape[-1])
+    pos = torch.arange(mb * page, device=kv.device)
+    return kv, pos[None, :] < lens[:, None]
+
+
+def torch_default(q, kv_cache, block_table, seq_lens, scale, *, return_lse: bool = False):
+    """The torch path over the gathered pages, masked past each length: the dispatch fallback,
+    safe on every input FlashMLA's tests use (unused block-table slots holding anything, NaN in
+    unread rows, zero-length sequences: output 0). return_lse: also the softmax LSE [B, H]
+    (natural log of the scaled scores, float32; +inf where nothing is attended, as FlashMLA)."""
+    kv, mask = page_mask(kv_cache, block_table, seq_lens)
+    return mla.plain_attention(q, kv, mask, scale, return_lse)
 
 
 def shape_of(q, kv_cache, block_table, seq_lens, scale):

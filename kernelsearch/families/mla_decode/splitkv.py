@@ -10,10 +10,10 @@ import triton.language as tl
 
 
 @triton.jit(do_not_specialize=["n_splits", "sbt"])  # one binary for any split count and table width
-def _mla_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale,
+def _mla_partial(Q, KV, BT, SL, O, Op, Lp, LSE, H, n_splits, split_len, qk_scale,
                  sqb, sqh, sbt, sob, soh,
                  PAGE: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                 STAGES: tl.constexpr, ONE: tl.constexpr):
+                 STAGES: tl.constexpr, ONE: tl.constexpr, WRITE_LSE: tl.constexpr):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -51,6 +51,10 @@ def _mla_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale,
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(O + b.to(tl.int64) * sob + h[:, None] * soh + dn[None, :],
                  out.to(O.dtype.element_ty), mask=hmask[:, None])
+        if WRITE_LSE:  # natural log of the scaled scores; +inf for no token (FlashMLA's)
+            lse = tl.where(l_i > 0, (m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0))) * 0.6931471805599453,
+                           float("inf"))
+            tl.store(LSE + b.to(tl.int64) * H + h, lse, mask=hmask)
     else:
         # an empty chunk (past this sequence's length) leaves l = 0, lse = -inf: the merge
         # gives it weight 0
@@ -63,7 +67,8 @@ def _mla_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale,
 
 
 @triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count and table width
-def _mla_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
+def _mla_merge(Op, Lp, O, LSE, H, n_splits, sob, soh, SPAD: tl.constexpr,
+               WRITE_LSE: tl.constexpr):
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
@@ -72,7 +77,11 @@ def _mla_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
     lse = tl.load(Lp + base + sp, mask=sp < n_splits, other=-float("inf"))
     mx = tl.max(lse, axis=0)
     w = tl.where(lse > -float("inf"), tl.exp2(lse - mx), 0.0)
-    w = w / tl.maximum(tl.sum(w, axis=0), 1e-30)  # no token at all: zeros, as the reference
+    tot = tl.sum(w, axis=0)
+    w = w / tl.maximum(tot, 1e-30)  # no token at all: zeros, as the reference
+    if WRITE_LSE:
+        tl.store(LSE + bh, tl.where(tot > 0, (mx + tl.log2(tl.maximum(tot, 1e-30)))
+                                    * 0.6931471805599453, float("inf")))
     d = tl.arange(0, 512)
     acc = tl.zeros([512], tl.float32)
     for i in range(0, n_splits):
@@ -82,7 +91,9 @@ def _mla_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
 
 
 def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLOCK_N: int = 32,
-            GRID: int = 264, STAGES: int = 2, num_warps: int = 8):
+            GRID: int = 264, STAGES: int = 2, num_warps: int = 8, return_lse: bool = False):
+    """out [B, H, 512]; with return_lse also the softmax LSE [B, H] float32 (natural log of the
+    scaled scores, +inf where a sequence has no token: FlashMLA's softmax_lse for s_q = 1)."""
     B, H = q.shape[0], q.shape[1]
     page = kv_cache.shape[1]
     cap = block_table.shape[1] * page
@@ -96,14 +107,15 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLO
     rows = 1 if one else B * H * n_splits
     op = torch.empty((rows * 512,), dtype=torch.float32, device=q.device)
     lp = torch.empty((rows,), dtype=torch.float32, device=q.device)
+    lse = torch.empty((B, H) if return_lse else (1,), dtype=torch.float32, device=q.device)
     _mla_partial[(hb, n_splits, B)](
-        q, kv_cache, block_table, seq_lens, out, op, lp, H, n_splits, per * BLOCK_N,
+        q, kv_cache, block_table, seq_lens, out, op, lp, lse, H, n_splits, per * BLOCK_N,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1),
         PAGE=page, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one,
-        num_warps=num_warps)
+        WRITE_LSE=return_lse, num_warps=num_warps)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
-        _mla_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0), out.stride(1),
-                             SPAD=spad, num_warps=4)
-    return out
+        _mla_merge[(B * H,)](op, lp, out, lse, H, n_splits, out.stride(0), out.stride(1),
+                             SPAD=spad, WRITE_LSE=return_lse, num_warps=4)
+    return (out, lse) if return_lse else out

@@ -1,6 +1,8 @@
 """Sparse MLA decode (DeepSeek-V3.2, DSA): forward(q, kv_cache, block_table, seq_lens, indices,
 scale), the paged latent cache of mla_decode plus indices [B, topk] int32: the token positions a
 lightning indexer selected (-1 = unused slot; positions at or past seq_lens[b] are skipped too).
+FlashMLA takes physical cache rows instead (block * page + offset): `positions_to_rows` converts,
+`rows_torch` / the `rows` variant's `forward_rows` take them directly.
 Attends only the selected tokens; out [B, H, 512] in q's dtype (zeros where none is selected).
 Compute-bound like dense MLA, on a gather: each selected row is 1152 contiguous bytes."""
 from __future__ import annotations
@@ -57,24 +59,54 @@ def make_inputs(shape, dtype, device, gen, dist="normal"):
     return (q, kv, table, lens.to(device), idx.to(device), mla.SCALE)
 
 
-def selected(indices, seq_lens):
-    return (indices >= 0) & (indices < seq_lens[:, None])
+def selected(indices, seq_lens, cap: int | None = None):
+    ok = (indices >= 0) & (indices < seq_lens[:, None])
+    return ok if cap is None else ok & (indices < cap)
 
 
-def reference(q, kv_cache, block_table, seq_lens, indices, scale):
+def reference(q, kv_cache, block_table, seq_lens, indices, scale, *, return_lse: bool = False):
     ok = selected(indices, seq_lens)
     rows = [mla.gather_rows(kv_cache, block_table[b:b + 1], indices[b:b + 1][ok[b:b + 1]]
                             .view(1, -1))[0] for b in range(q.shape[0])]
-    return mla.reference_rows(q, kv_cache, rows, scale)
+    return mla.reference_rows(q, kv_cache, rows, scale, return_lse)
 
 
-def torch_default(q, kv_cache, block_table, seq_lens, indices, scale):
+def positions_to_rows(kv_cache, block_table, seq_lens, indices):
+    """Logical positions [B, topk] -> physical cache rows (block * page + offset, FlashMLA's
+    `indices` form), -1 where the slot is skipped (-1, at or past the length)."""
+    import torch
+
+    ok = selected(indices, seq_lens, block_table.shape[1] * kv_cache.shape[1])
+    rows = mla.safe_rows(kv_cache, block_table, indices, ok)
+    return torch.where(ok, rows, -1).to(torch.int32)
+
+
+def rows_torch(q, kv_cache, rows, scale, *, return_lse: bool = False):
+    """Sparse decode over physical cache rows [B, topk] (what FlashMLA's sparse decode takes as
+    `indices`: block * page + offset; -1 or any row outside the cache is unused), no block table
+    needed. Output 0 and LSE +inf where a sequence selects nothing."""
+    import torch
+
+    nrows = kv_cache.shape[0] * kv_cache.shape[1]
+    ok = (rows >= 0) & (rows < nrows)
+    kv = kv_cache.view(-1, kv_cache.shape[-1])[torch.where(ok, rows.long(), 0)]
+    return mla.plain_attention(q, kv, ok, scale, return_lse)
+
+
+def reference_rows(q, kv_cache, rows, scale, *, return_lse: bool = False):
+    """float64 reference over physical rows (rows_torch's form)."""
+    nrows = kv_cache.shape[0] * kv_cache.shape[1]
+    sel = [r[(r >= 0) & (r < nrows)].long() for r in rows]
+    return mla.reference_rows(q, kv_cache, sel, scale, return_lse)
+
+
+def torch_default(q, kv_cache, block_table, seq_lens, indices, scale, *,
+                  return_lse: bool = False):
     """The gather path: the selected rows into a [B, topk, 576] tensor, then the dense torch
-    path over them with the unused slots masked (NaN where a row selects nothing)."""
-    cap = block_table.shape[1] * kv_cache.shape[1]
-    rows = mla.gather_rows(kv_cache, block_table, indices.clamp(0, cap - 1))
-    kv = kv_cache.view(-1, mla.D_QK)[rows]
-    return mla.plain_attention(q, kv, selected(indices, seq_lens), scale)
+    path over them with the unused slots masked: safe for any value in a skipped slot or an
+    unused block-table slot, NaN in unread rows, and rows selecting nothing (output 0)."""
+    return rows_torch(q, kv_cache, positions_to_rows(kv_cache, block_table, seq_lens, indices),
+                      scale, return_lse=return_lse)
 
 
 def shape_of(q, kv_cache, block_table, seq_lens, indices, scale):

@@ -21,10 +21,10 @@ def _rows(BT, SL, IDX, R, topk, cap, sbt, sib, PAGE: tl.constexpr, BLOCK: tl.con
 
 
 @triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count
-def _sparse_partial(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale,
-                    sqb, sqh, sob, soh,
+def _sparse_partial(Q, KV, RW, O, Op, Lp, LSE, H, topk, n_splits, split_len, qk_scale, nrows,
+                    sqb, sqh, srb, sob, soh,
                     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                    STAGES: tl.constexpr, ONE: tl.constexpr):
+                    STAGES: tl.constexpr, ONE: tl.constexpr, WRITE_LSE: tl.constexpr):
     hb = tl.program_id(0)
     s = tl.program_id(1)
     b = tl.program_id(2)
@@ -40,11 +40,11 @@ def _sparse_partial(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale
     m_i = tl.full([BLOCK_H], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, 512], tl.float32)
-    rb = RW + b.to(tl.int64) * topk
+    rb = RW + b.to(tl.int64) * srb
     for n0 in tl.range(start, end, BLOCK_N, num_stages=STAGES):
         n = n0 + tl.arange(0, BLOCK_N)
         r = tl.load(rb + n, mask=n < end, other=-1)
-        ok = r >= 0
+        ok = (r >= 0) & (r < nrows)  # -1, or any row outside the cache: unused
         row = tl.where(ok, r, 0).to(tl.int64) * 576
         kn = tl.load(KV + row[:, None] + dn[None, :], mask=ok[:, None], other=0.0)
         kp = tl.load(KV + row[:, None] + dp[None, :], mask=ok[:, None], other=0.0)
@@ -63,6 +63,10 @@ def _sparse_partial(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale
     if ONE:
         tl.store(O + b.to(tl.int64) * sob + h[:, None] * soh + dn[None, :],
                  (acc / safe[:, None]).to(O.dtype.element_ty), mask=hmask[:, None])
+        if WRITE_LSE:  # natural log of the scaled scores; +inf for no token (FlashMLA's)
+            tl.store(LSE + b.to(tl.int64) * H + h,
+                     tl.where(l_i > 0, (m_i + tl.log2(safe)) * 0.6931471805599453, float("inf")),
+                     mask=hmask)
     else:
         lse = tl.where(l_i > 0, m_i + tl.log2(safe), -float("inf"))
         prow = (b.to(tl.int64) * H + h) * n_splits + s
@@ -72,7 +76,8 @@ def _sparse_partial(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale
 
 
 @triton.jit(do_not_specialize=["n_splits"])  # one binary for any split count and table width
-def _sparse_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
+def _sparse_merge(Op, Lp, O, LSE, H, n_splits, sob, soh, SPAD: tl.constexpr,
+                  WRITE_LSE: tl.constexpr):
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
@@ -81,7 +86,11 @@ def _sparse_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
     lse = tl.load(Lp + base + sp, mask=sp < n_splits, other=-float("inf"))
     mx = tl.max(lse, axis=0)
     w = tl.where(lse > -float("inf"), tl.exp2(lse - mx), 0.0)
-    w = w / tl.maximum(tl.sum(w, axis=0), 1e-30)  # no token selected: zeros, as the reference
+    tot = tl.sum(w, axis=0)
+    w = w / tl.maximum(tot, 1e-30)  # no token selected: zeros, as the reference
+    if WRITE_LSE:
+        tl.store(LSE + bh, tl.where(tot > 0, (mx + tl.log2(tl.maximum(tot, 1e-30)))
+                                    * 0.6931471805599453, float("inf")))
     d = tl.arange(0, 512)
     acc = tl.zeros([512], tl.float32)
     for i in range(0, n_splits):
@@ -90,31 +99,45 @@ def _sparse_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: tl.constexpr):
     tl.store(O + b.to(tl.int64) * sob + h * soh + d, acc.to(O.dtype.element_ty))
 
 
-def forward(q, kv_cache, block_table, seq_lens, indices, scale, *, BLOCK_H: int = 64,
-            BLOCK_N: int = 32, GRID: int = 264, STAGES: int = 2, num_warps: int = 8):
+def forward_rows(q, kv_cache, rows, scale, *, BLOCK_H: int = 64, BLOCK_N: int = 32,
+                 GRID: int = 264, STAGES: int = 2, num_warps: int = 8, return_lse: bool = False):
+    """Sparse decode over physical cache rows [B, topk] int32 (FlashMLA's `indices`: block * page
+    + offset; -1 or any row outside the cache unused): out [B, H, 512], and with return_lse the
+    softmax LSE [B, H] float32 (natural log, +inf where nothing is selected)."""
     B, H = q.shape[0], q.shape[1]
-    page = kv_cache.shape[1]
-    topk = indices.shape[1]
+    topk = rows.shape[1]
     hb = (H + BLOCK_H - 1) // BLOCK_H
     tiles = (topk + BLOCK_N - 1) // BLOCK_N
     want = max(1, min((GRID + B * hb - 1) // (B * hb), tiles))
     per = (tiles + want - 1) // want
     n_splits = (tiles + per - 1) // per
     out = torch.empty((B, H, 512), dtype=q.dtype, device=q.device)
-    rows = torch.empty((B, topk), dtype=torch.int32, device=q.device)
-    _rows[(B, (topk + 255) // 256)](block_table, seq_lens, indices, rows, topk,
-                                    block_table.shape[1] * page, block_table.stride(0),
-                                    indices.stride(0), PAGE=page, BLOCK=256, num_warps=4)
     one = n_splits == 1
     nrow = 1 if one else B * H * n_splits
     op = torch.empty((nrow * 512,), dtype=torch.float32, device=q.device)
     lp = torch.empty((nrow,), dtype=torch.float32, device=q.device)
+    lse = torch.empty((B, H) if return_lse else (1,), dtype=torch.float32, device=q.device)
     _sparse_partial[(hb, n_splits, B)](
-        q, kv_cache, rows, out, op, lp, H, topk, n_splits, per * BLOCK_N,
-        scale * 1.4426950408889634, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one, num_warps=num_warps)
+        q, kv_cache, rows, out, op, lp, lse, H, topk, n_splits, per * BLOCK_N,
+        scale * 1.4426950408889634, kv_cache.shape[0] * kv_cache.shape[1], q.stride(0),
+        q.stride(1), rows.stride(0), out.stride(0), out.stride(1),
+        BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one, WRITE_LSE=return_lse,
+        num_warps=num_warps)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
-        _sparse_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0), out.stride(1),
-                                SPAD=spad, num_warps=4)
-    return out
+        _sparse_merge[(B * H,)](op, lp, out, lse, H, n_splits, out.stride(0), out.stride(1),
+                                SPAD=spad, WRITE_LSE=return_lse, num_warps=4)
+    return (out, lse) if return_lse else out
+
+
+def forward(q, kv_cache, block_table, seq_lens, indices, scale, *, BLOCK_H: int = 64,
+            BLOCK_N: int = 32, GRID: int = 264, STAGES: int = 2, num_warps: int = 8,
+            return_lse: bool = False):
+    page = kv_cache.shape[1]
+    B, topk = indices.shape[0], indices.shape[1]
+    rows = torch.empty((B, topk), dtype=torch.int32, device=q.device)
+    _rows[(B, (topk + 255) // 256)](block_table, seq_lens, indices, rows, topk,
+                                    block_table.shape[1] * page, block_table.stride(0),
+                                    indices.stride(0), PAGE=page, BLOCK=256, num_warps=4)
+    return forward_rows(q, kv_cache, rows, scale, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, GRID=GRID,
+                        STAGES=STAGES, num_warps=num_warps, return_lse=return_lse)
