@@ -22,6 +22,7 @@ import glob
 import os
 import pwd
 import stat
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -87,28 +88,56 @@ def sandbox_user(name: Optional[str] = None) -> Optional[tuple[int, int]]:
     return pw.pw_uid, pw.pw_gid
 
 
-def unreadable_install(device: str) -> Optional[str]:
-    """A directory of the Python / Triton install that other users cannot enter (a pyenv under a
-    0700 /root), or None. On the CPU the worker imports what it needs before dropping its uid;
-    on the GPU Triton still reads its headers and runs ptxas from there at every compile."""
-    if device != "cuda":
-        return None
+def install_paths() -> list[str]:
+    """What the judge's worker reads after it has become the sandbox user: its interpreter and
+    every existing folder of its module search path (the standard library, site-packages, a
+    venv's, PYTHONPATH's), as the paths Python opens (a symlink into a 0700 dir still has to
+    be walked through it), and the packages the judge imports, located but not imported."""
     import importlib.util
-    import sysconfig
 
-    spec = importlib.util.find_spec("triton")  # located, not imported (the caller stays light)
-    tops = [sysconfig.get_paths()["stdlib"]]
-    if spec is not None and spec.origin:
-        tops.append(os.path.dirname(spec.origin))
-    for top in tops:
-        p = Path(top).resolve()
-        for d in [p, *p.parents]:
-            try:
-                if not os.stat(d).st_mode & stat.S_IXOTH:
-                    return str(d)
-            except OSError:
-                return str(d)
-    return None
+    paths = [sys.executable] + [p for p in sys.path if p and os.path.isdir(p)]
+    for mod in ("torch", "triton", "kernelsearch"):
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            paths.append(os.path.dirname(spec.origin))
+    out: list[str] = []
+    for p in map(os.path.abspath, paths):
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def unreadable_install(user: tuple[int, int], paths: Optional[list[str]] = None) -> Optional[str]:
+    """The first of `paths` (default `install_paths()`) that the sandbox user cannot read (a
+    venv or conda under a 0700 /root), or None. Asked of the kernel itself: a forked process
+    becomes the user and tries (os.access as that uid: modes, ACLs and every parent dir count)."""
+    paths = install_paths() if paths is None else paths
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports, then exits
+        bad = b""
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(user[1], user[1], user[1])
+            os.setresuid(user[0], user[0], user[0])
+            for p in paths:
+                if not os.access(p, os.R_OK | os.X_OK):
+                    bad = p.encode()
+                    break
+        except BaseException as e:  # noqa: BLE001 - a failed drop is a failed check
+            bad = f"(could not become uid {user[0]}: {e})".encode()
+        finally:
+            os.write(w, bad or b"-")
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return None if got in ("", "-") else got
 
 
 def prepare_dir(work: Path, uid: Optional[int], gid: Optional[int]) -> None:
