@@ -111,6 +111,9 @@ def _load_one(table: DispatchTable, store: Any, sha: str) -> Callable:
 
     source = store.source(sha)  # re-hashed: a changed file raises StoreError
     rec = store.record(sha)
+    if rec.quarantined:
+        raise st.StoreError(f"quarantined {rec.quarantined.get('at', '')} (it computed wrong in "
+                            f"use: {str(rec.quarantined.get('why', ''))[:200]})")
     fams = {e.family for e in table.entries if source_digest(e.variant) == sha}
     if fams != {rec.family}:
         raise st.StoreError(f"table uses it for {sorted(fams)}; it was judged for {rec.family}")
