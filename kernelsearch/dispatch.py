@@ -123,24 +123,35 @@ def _load_one(table: DispatchTable, store: Any, sha: str) -> Callable:
     dev = _device()
     env = st.environment(dev)
     if not rec.judged_on(env):
-        from kernelsearch.harness import check
-
         why = ", ".join(f"{k} {rec.env.get(k)!r} -> {env.get(k)!r}"
-                        for k in st.env_differs(rec.env, env))
-        log.warning("kernel source src:%s was judged elsewhere (%s): re-judging", sha[:12], why)
-        configs = {json_key(e.config): e.config for e in table.entries
-                   if source_digest(e.variant) == sha}
-        for cfg in configs.values():
-            v = check(rec.family, source, cfg, device=dev, timing=False,
-                      shapes=_rejudge_shapes(table, sha) or None)
-            if not v.accepted:
-                raise st.StoreError(f"re-judged on {env['gpu']}: {v.code}/{v.rule}: "
-                                    f"{v.detail[:300]}")
+                        for k in st.env_differs(rec.env, env)) or "its record is another host's"
+        log.warning("kernel source src:%s was not judged here (%s): re-judging", sha[:12], why)
+        v = judge_here(table, sha, rec.family, source, dev)
+        if not v.accepted:
+            raise st.StoreError(f"re-judged on {env['gpu']}: {v.code}/{v.rule}: "
+                                f"{v.detail[:300]}")
         try:
             store.add_judgement(sha, v.to_dict(), env)
         except (OSError, st.StoreError) as e:  # a read-only store: judged again next time
             log.info("kernel source src:%s: re-judgement not recorded: %s", sha[:12], e)
     return sandbox.load(source, "src").forward
+
+
+def judge_here(table: DispatchTable, sha: str, family: str, source: str, device: str) -> Any:
+    """This host's judgement of a stored source for the entries of `table` that name it: the
+    judge (guard, then correctness in a sandboxed child at the ends of every range it is used
+    on) for each config it runs with. The first rejection, or the last verdict."""
+    from kernelsearch.harness import check
+
+    configs = {json_key(e.config): e.config for e in table.entries
+               if source_digest(e.variant) == sha}
+    v = None
+    for cfg in configs.values() or [{}]:
+        v = check(family, source, cfg, device=device, timing=False,
+                  shapes=_rejudge_shapes(table, sha) or None)
+        if not v.accepted:
+            return v
+    return v
 
 
 def json_key(d: dict) -> str:

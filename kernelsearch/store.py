@@ -76,8 +76,8 @@ def environment(device: str = "cuda") -> dict[str, str]:
         gpu, driver = torch.cuda.get_device_name(0), _driver_version()
     else:
         gpu, driver = "cpu (triton interpreter)", ""
-    return {"gpu": gpu, "driver": driver, "torch": torch.__version__,
-            "triton": triton.__version__}
+    return {"gpu": str(gpu), "driver": str(driver), "torch": str(torch.__version__),
+            "triton": str(triton.__version__)}
 
 
 def env_differs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

@@ -88,14 +88,22 @@ def sandbox_user(name: Optional[str] = None) -> Optional[tuple[int, int]]:
     return pw.pw_uid, pw.pw_gid
 
 
-def install_paths() -> list[str]:
-    """What the judge's worker reads after it has become the sandbox user: its interpreter and
-    every existing folder of its module search path (the standard library, site-packages, a
-    venv's, PYTHONPATH's), as the paths Python opens (a symlink into a 0700 dir still has to
-    be walked through it), and the packages the judge imports, located but not imported."""
+def install_paths(device: str = "cpu") -> list[str]:
+    """What the judge's worker reads after it has become the sandbox user, as the paths Python
+    opens (a symlink into a 0700 dir still has to be walked through it): every folder of its
+    module search path outside the standard library (site-packages, a venv's, PYTHONPATH's:
+    where a package's lazy imports such as `triton.experimental` come from) and the packages
+    the judge imports, located but not imported. The standard library is imported before the
+    drop (`preload`); on a GPU Triton also runs the compiler on the interpreter's headers and
+    its own ptxas, so the interpreter, its library and its include dirs count too."""
     import importlib.util
+    import sysconfig
 
-    paths = [sys.executable] + [p for p in sys.path if p and os.path.isdir(p)]
+    sp = sysconfig.get_paths()
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    std = sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
+    paths = [p for p in sys.path if p and os.path.isdir(p)
+             and not any((os.path.abspath(p) + os.sep).startswith(d + os.sep) for d in std)]
     for mod in ("torch", "triton", "kernelsearch"):
         try:
             spec = importlib.util.find_spec(mod)
@@ -103,6 +111,8 @@ def install_paths() -> list[str]:
             spec = None
         if spec is not None and spec.origin:
             paths.append(os.path.dirname(spec.origin))
+    if device == "cuda":
+        paths += [sys.executable] + std + [sp[k] for k in ("include", "platinclude") if k in sp]
     out: list[str] = []
     for p in map(os.path.abspath, paths):
         if p not in out:
@@ -110,11 +120,12 @@ def install_paths() -> list[str]:
     return out
 
 
-def unreadable_install(user: tuple[int, int], paths: Optional[list[str]] = None) -> Optional[str]:
-    """The first of `paths` (default `install_paths()`) that the sandbox user cannot read (a
+def unreadable_install(user: tuple[int, int], device: str = "cpu",
+                       paths: Optional[list[str]] = None) -> Optional[str]:
+    """The first of `paths` (default `install_paths(device)`) that the sandbox user cannot read (a
     venv or conda under a 0700 /root), or None. Asked of the kernel itself: a forked process
     becomes the user and tries (os.access as that uid: modes, ACLs and every parent dir count)."""
-    paths = install_paths() if paths is None else paths
+    paths = install_paths(device) if paths is None else paths
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child only reports, then exits

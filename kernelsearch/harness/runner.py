@@ -206,12 +206,13 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
             return Verdict.reject("process", "crashed", "sandbox_user",
                                   f"no unprivileged account to run candidate code as: {e}",
                                   seconds=time.time() - t0)
-        closed = confine.unreadable_install(user) if user else None
+        closed = confine.unreadable_install(user, device) if user else None
         if closed:  # fail closed, with the way out: never run candidate code as root silently
             return Verdict.reject(
                 "process", "crashed", "sandbox_unreadable",
                 f"the sandbox user (uid {user[0]}, {confine.USER_ENV}) cannot read {closed}, "
-                "part of the Python install the judge runs (a venv under a 0700 home?): no "
+                "part of the Python install the judge runs (a venv or pyenv under a 0700 "
+                f"home?): no "
                 "candidate can be judged as that user. Install metaltune where others can read "
                 f"(e.g. /opt), give that user read access, or set {confine.USER_ENV}=none to "
                 "judge as root (Landlock, seccomp and the network namespace still hold)",

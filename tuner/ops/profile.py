@@ -173,6 +173,8 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         from tuner.ops import profile_kernels
 
         kplan = profile_kernels.check(prof, Path(settings.state_dir))  # digests, before any write
+        if kplan is not None and not dry_run:  # judged here, whatever the bundle's record says
+            profile_kernels.judge(prof, Path(settings.state_dir), kplan)
         res: dict[str, Any] = {"profile": prof.name, "path": prof.path, "host": _hw_brief(hw),
                                "match": why, "dry_run": dry_run, "policy": pol.source,
                                "changes": changes, "plan": items, "summary": _summary(items)}
