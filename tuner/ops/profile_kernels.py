@@ -15,6 +15,7 @@ from kernelsearch.harness import guard
 from kernelsearch.table import source_digest
 from tuner.errors import BadInput, OperationFailed
 
+from tuner.knobs.kernels import NAME as KNOB
 from tuner.search.sources import ACTIVE  # noqa: F401  (where apply installs the table)
 
 
@@ -138,8 +139,21 @@ def judge(prof: Any, state_dir: Path, plan: dict[str, Any]) -> None:
         s["_judgement"] = (v.to_dict(), env)
 
 
+def change(prof: Any, plan: dict[str, Any], knobs: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The `kernels.table` value the profile asks for (its table, stamped with the profile's
+    name), or None when that table is in force already."""
+    table = plan["table"]
+    table.meta = dict(table.meta, profile=prof.name)
+    want = table.to_dict()
+    k = knobs.get(KNOB)
+    if k is None:
+        raise OperationFailed(f"{KNOB}: no kernel table knob on this host")
+    return None if k.readback_matches(want, k.read()) else want
+
+
 def install(prof: Any, state_dir: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    """Import the bundled sources (each verified again as it is written) and install the table."""
+    """Import the bundled sources (each verified again as it is written, with this host's own
+    judgement); the table itself is written by the transaction (`kernels.table`)."""
     from kernelsearch.store import StoreError
 
     store = _store(state_dir)
@@ -155,8 +169,5 @@ def install(prof: Any, state_dir: Path, plan: dict[str, Any]) -> dict[str, Any]:
         except StoreError as e:
             raise BadInput(str(e)) from None
     out = Path(state_dir) / "kernels" / ACTIVE
-    table = plan["table"]
-    table.meta = dict(table.meta, profile=prof.name)
-    table.save(out)
     return {"table": str(out), "store": str(store.root), "entries": plan["entries"],
             "sources": plan["sources"]}
