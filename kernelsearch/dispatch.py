@@ -63,7 +63,7 @@ def install(table: Union[None, DispatchTable, dict, str, Path],
     _cache.clear()
     _sources.clear()
     _refused.clear()
-    _canary = canary
+    _canary = canary if canary.enabled else None  # off: not even the per-call count
     _store_root = None
     if _table is not None and _table.sources():
         _load_sources(_table, store)
@@ -213,8 +213,8 @@ def _key(family: str, args) -> tuple:
                              if isinstance(a, torch.Tensor) else None for a in args)
 
 
-def _resolve(family: str, args) -> Optional[tuple[Callable, Any]]:
-    """(the kernel with its config bound, its table entry), or None for torch."""
+def _resolve(family: str, args) -> Optional[tuple[Callable, Any, tuple]]:
+    """(the kernel with its config bound, its table entry, its canary key), or None: torch."""
     key = _key(family, args)
     try:
         return _cache[key]
@@ -225,7 +225,7 @@ def _resolve(family: str, args) -> Optional[tuple[Callable, Any]]:
     return hit
 
 
-def _lookup(family: str, args) -> Optional[tuple[Callable, Any]]:
+def _lookup(family: str, args) -> Optional[tuple[Callable, Any, tuple]]:
     from kernelsearch.families import get
     from kernelsearch.families.base import dtype_name
 
@@ -246,8 +246,13 @@ def _lookup(family: str, args) -> Optional[tuple[Callable, Any]]:
     sha = source_digest(e.variant)
     if sha is not None:  # a stored source: only if install loaded and verified it
         fwd = _sources.get(sha)
-        return None if fwd is None else (functools.partial(fwd, **e.config), e)
-    return functools.partial(_forward(family, e.variant), **e.config), e
+        return None if fwd is None else (functools.partial(fwd, **e.config), e, _ckey(e))
+    return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e)
+
+
+def _ckey(e: Any) -> tuple:
+    """The canary's key of an entry (made once per cached lookup, not per call)."""
+    return (e.family, e.variant, json_key(e.config))
 
 
 def call(family: str, *args: Any) -> Any:
@@ -257,13 +262,12 @@ def call(family: str, *args: Any) -> Any:
         from kernelsearch.families import get
 
         return get(family).torch_default(*args)
-    fn, entry = hit
+    fn, entry, key = hit
     _stats["kernel"] += 1
     from kernelsearch.runtime import ensure_scratch_allocator
 
     ensure_scratch_allocator()  # device-built TMA descriptors need triton scratch memory
     out = fn(*args)
-    key = (family, entry.variant, json_key(entry.config))
     if _canary is not None and _canary.due(key):
         from kernelsearch.families import get
 
