@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 log = logging.getLogger("kernelsearch.canary")
@@ -38,8 +38,6 @@ class Canary:
     rate: float = DEFAULT_RATE
     interval_s: float = DEFAULT_INTERVAL_S
     enabled: bool = True
-    calls: dict[tuple, int] = field(default_factory=dict)
-    last: dict[tuple, float] = field(default_factory=dict)
     replays: int = 0
     period: int = 0
 
@@ -73,21 +71,23 @@ class Canary:
         out.configure(out.rate, out.interval_s)
         return out
 
-    def reset(self) -> None:
-        self.calls.clear()
-        self.last.clear()
+    def state(self) -> list:
+        """A fresh per-entry state, [calls, time of the last replay]: dispatch keeps one per
+        table entry in its lookup cache, so a call costs no hashing here."""
+        return [0, 0.0]
 
-    def due(self, key: tuple) -> bool:
-        """Whether this call of the entry `key` is replayed (counts the call). On every kernel
-        call: a dict update; the clock is read once in 64 calls (the schedule's resolution)."""
-        n = self.calls.get(key, 0)
-        self.calls[key] = n + 1
+    def due(self, st: list) -> bool:
+        """Whether this call of the entry whose state is `st` is replayed (counts the call).
+        On every kernel call: two list operations; the clock is read once in 64 calls (the
+        schedule's resolution)."""
+        n = st[0]
+        st[0] = n + 1
         if n == 0 or (self.period and n % self.period == 0):
             return True
         return (not n & 63 and bool(self.interval_s)
-                and time.monotonic() - self.last.get(key, 0.0) >= self.interval_s)
+                and time.monotonic() - st[1] >= self.interval_s)
 
-    def check(self, key: tuple, family: Any, args: tuple, out: Any) -> Optional[str]:
+    def check(self, st: list, family: Any, args: tuple, out: Any) -> Optional[str]:
         """Replay: the output against the family's reference. None when it agrees, else why."""
         import torch
 
@@ -95,9 +95,9 @@ class Canary:
         from kernelsearch.harness.correctness import compare
 
         if _capturing(args):
-            self.calls[key] -= 1  # not replayed now: the next eager call is
+            st[0] -= 1  # not replayed now: the next eager call is
             return None
-        self.last[key] = time.monotonic()
+        st[1] = time.monotonic()
         self.replays += 1
         with torch.no_grad():
             ref = family.reference(*args)

@@ -41,6 +41,7 @@ _loaded: dict[tuple, Callable] = {}  # (store root, sha256) -> forward: loaded o
 _store_root: Optional[Path] = None  # where the installed table's sources came from
 _incidents: list[dict] = []  # what the kernel canary caught in this process
 _canary: Any = None  # kernelsearch.canary.Canary, made at the first install of a table
+_canary_state: dict[tuple, list] = {}  # entry -> the canary's [calls, last replay]
 
 
 def install(table: Union[None, DispatchTable, dict, str, Path],
@@ -64,6 +65,7 @@ def install(table: Union[None, DispatchTable, dict, str, Path],
     _sources.clear()
     _refused.clear()
     _canary = canary if canary.enabled else None  # off: not even the per-call count
+    _canary_state.clear()
     _store_root = None
     if _table is not None and _table.sources():
         _load_sources(_table, store)
@@ -213,8 +215,8 @@ def _key(family: str, args) -> tuple:
                              if isinstance(a, torch.Tensor) else None for a in args)
 
 
-def _resolve(family: str, args) -> Optional[tuple[Callable, Any, tuple]]:
-    """(the kernel with its config bound, its table entry, its canary key), or None: torch."""
+def _resolve(family: str, args) -> Optional[tuple[Callable, Any, list]]:
+    """(the kernel with its config bound, its table entry, its canary state), or None: torch."""
     key = _key(family, args)
     try:
         return _cache[key]
@@ -225,7 +227,7 @@ def _resolve(family: str, args) -> Optional[tuple[Callable, Any, tuple]]:
     return hit
 
 
-def _lookup(family: str, args) -> Optional[tuple[Callable, Any, tuple]]:
+def _lookup(family: str, args) -> Optional[tuple[Callable, Any, list]]:
     from kernelsearch.families import get
     from kernelsearch.families.base import dtype_name
 
@@ -250,9 +252,13 @@ def _lookup(family: str, args) -> Optional[tuple[Callable, Any, tuple]]:
     return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e)
 
 
-def _ckey(e: Any) -> tuple:
-    """The canary's key of an entry (made once per cached lookup, not per call)."""
-    return (e.family, e.variant, json_key(e.config))
+def _ckey(e: Any) -> list:
+    """The canary's state of an entry (one per entry, shared by every shape it serves; found
+    once per cached lookup, not per call)."""
+    k = (e.family, e.variant, json_key(e.config))
+    if k not in _canary_state:
+        _canary_state[k] = _canary.state() if _canary is not None else [0, 0.0]
+    return _canary_state[k]
 
 
 def call(family: str, *args: Any) -> Any:
