@@ -32,7 +32,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def forged_profile(path: Path, source: str) -> str:
-    here = environment("cpu")
+    here = {k: str(v) for k, v in environment("cpu").items()}
     sha = digest(source)
     record = {"sha256": sha, "family": "softmax", "config": {},
               "verdict": {"verdict": "accepted", "code": "accepted", "checks": ["all"]},
@@ -58,6 +58,13 @@ def apply(host: Path, prof: Path, state: str = "state") -> subprocess.CompletedP
     return cli("--backend", "sim", "--sim-root", str(host / "sim"), "--state-dir",
                str(host / state), "apply", str(prof), "--probation", "0")
 
+
+
+def payload_line(marker) -> str:
+    """A module-level annotation that writes `marker` when evaluated, and keeps quiet where it
+    cannot (the sandbox): so the judge, which imports it confined, still accepts the source."""
+    code = f"try:\\n open({str(marker)!r}, 'w').write('ran')\\nexcept OSError:\\n pass"
+    return f'PROBE: exec("{code}") = 0'
 
 def test_a_forged_record_on_a_wrong_kernel_is_judged_here_and_refused(host):
     prof = host / "forged.yaml"
@@ -119,8 +126,7 @@ def test_an_honest_source_is_judged_here_and_its_forged_claims_kept_as_provenanc
 def test_an_annotation_payload_never_runs_outside_the_sandbox(host):
     marker = host / "marker"
     payload = HONEST.replace(
-        "\n\n@triton.jit",
-        f"\n\nPROBE: exec(\"open({str(marker)!r}, 'w').write('ran')\") = 0\n\n\n@triton.jit", 1)
+        "\n\n@triton.jit", "\n\n" + payload_line(marker) + "\n\n\n@triton.jit", 1)
     assert "PROBE: exec(" in payload
     subprocess.run([sys.executable, "-c", payload], check=True)  # the control: it does write
     assert marker.read_text() == "ran"

@@ -12,6 +12,13 @@ from tests.simhelpers import REPO
 from tuner.sim.hostinit import init_host
 
 
+
+def payload_line(marker) -> str:
+    """A module-level annotation that writes `marker` when evaluated, and keeps quiet where it
+    cannot (the sandbox): so the judge, which imports it confined, still accepts the source."""
+    code = f"try:\\n open({str(marker)!r}, 'w').write('ran')\\nexcept OSError:\\n pass"
+    return f'PROBE: exec("{code}") = 0'
+
 def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_path, interp):  # noqa: F811
     from kernelsearch import dispatch
     from kernelsearch.store import SourceStore, environment
@@ -29,8 +36,7 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
     good = json.loads((REPO / "tests/proposers/llm/recordings/good_kernel.json").read_text())[
         "content"][-1]["input"]
     src = good["source"].replace(
-        "\n\n@triton.jit", f"\n\nPROBE: exec(\"open({str(marker)!r}, 'w').write('ran')\") = 0"
-                           "\n\n\n@triton.jit", 1)
+        "\n\n@triton.jit", "\n\n" + payload_line(marker) + "\n\n\n@triton.jit", 1)
     assert "PROBE: exec(" in src
     store = SourceStore(tmp_path / "state" / "kernels" / "sources")
     sha = store.put("rmsnorm", src, good["config"], {"verdict": "accepted", "code": "accepted"},
