@@ -291,13 +291,19 @@ def _own_netns() -> None:
 
 def fence_network(privileged: bool) -> list[str]:
     """No network at all for candidate code (Landlock fences TCP only): its own network
-    namespace when we may make one (root), and always a seccomp filter refusing inet and packet
-    sockets and io_uring. Raises if a layer cannot be put in place (fail closed). Returns the
-    layers that hold."""
+    namespace when we may make one (root with CAP_SYS_ADMIN; a container's root without it
+    gets the filter alone, said in the verdict), and always a seccomp filter refusing inet and
+    packet sockets and io_uring. Raises if the filter cannot be put in place (fail closed).
+    Returns the layers that hold."""
     layers = []
     if privileged:
-        _own_netns()
-        layers.append("netns")
+        try:
+            _own_netns()
+            layers.append("netns")
+        except OSError as e:  # root without CAP_SYS_ADMIN (a container): seccomp still holds
+            if e.errno not in (1, 22):  # EPERM, EINVAL (no netns support)
+                raise
+            layers.append(f"no netns ({os.strerror(e.errno)})")
     _seccomp_no_inet()
     layers.append("seccomp")
     return layers
