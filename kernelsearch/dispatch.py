@@ -16,7 +16,9 @@ An entry whose variant is `src:<sha256>` names a kernel source in a `kernelsearc
 install each such source is read from the store and re-hashed, re-guarded, and re-judged for
 correctness (in a child process, at the entries' range ends) when this GPU, driver or triton
 version is not one it was judged on. A source that fails any of these is refused: its entries
-run torch, `refused()` says why and the reason is logged."""
+run torch, `refused()` says why and the reason is logged. Installed kernels stay verified:
+the kernel canary (`kernelsearch.canary`) replays a sample of real calls against the family's
+reference and removes an entry that computes wrong (`incidents()`)."""
 from __future__ import annotations
 
 import functools
@@ -36,13 +38,20 @@ _stats: dict[str, int] = {"kernel": 0, "fallback": 0}
 _sources: dict[str, Callable] = {}  # sha256 -> the stored source's forward (installed table's)
 _refused: dict[str, str] = {}  # sha256 -> why its entries run torch
 _loaded: dict[tuple, Callable] = {}  # (store root, sha256) -> forward: loaded once per process
+_store_root: Optional[Path] = None  # where the installed table's sources came from
+_incidents: list[dict] = []  # what the kernel canary caught in this process
+_canary: Any = None  # kernelsearch.canary.Canary, made at the first install of a table
+_canary_state: dict[tuple, list] = {}  # entry -> the canary's [calls, last replay]
 
 
 def install(table: Union[None, DispatchTable, dict, str, Path],
             store: Union[None, str, Path] = None) -> Optional[DispatchTable]:
     """Install a dispatch table (None clears it). Returns the installed table. `store`: the
     kernel source store `src:` entries are loaded from (default `store.default_root()`)."""
-    global _table
+    global _table, _store_root, _canary
+    from kernelsearch.canary import Canary
+
+    canary = Canary.from_env()  # a bad setting is refused before the table changes
     if table is None:
         _table = None
     elif isinstance(table, DispatchTable):
@@ -55,6 +64,9 @@ def install(table: Union[None, DispatchTable, dict, str, Path],
     _cache.clear()
     _sources.clear()
     _refused.clear()
+    _canary = canary if canary.enabled else None  # off: not even the per-call count
+    _canary_state.clear()
+    _store_root = None
     if _table is not None and _table.sources():
         _load_sources(_table, store)
     return _table
@@ -93,7 +105,9 @@ def _rejudge_shapes(table: DispatchTable, sha: str) -> list[tuple]:
 def _load_sources(table: DispatchTable, store_dir: Union[None, str, Path]) -> None:
     from kernelsearch import store as st
 
+    global _store_root
     store = st.SourceStore(store_dir if store_dir is not None else st.default_root())
+    _store_root = store.root
     for sha in table.sources():
         key = (str(store.root), sha)
         try:
@@ -111,6 +125,9 @@ def _load_one(table: DispatchTable, store: Any, sha: str) -> Callable:
 
     source = store.source(sha)  # re-hashed: a changed file raises StoreError
     rec = store.record(sha)
+    if rec.quarantined:
+        raise st.StoreError(f"quarantined {rec.quarantined.get('at', '')} (it computed wrong in "
+                            f"use: {str(rec.quarantined.get('why', ''))[:200]})")
     fams = {e.family for e in table.entries if source_digest(e.variant) == sha}
     if fams != {rec.family}:
         raise st.StoreError(f"table uses it for {sorted(fams)}; it was judged for {rec.family}")
@@ -120,24 +137,35 @@ def _load_one(table: DispatchTable, store: Any, sha: str) -> Callable:
     dev = _device()
     env = st.environment(dev)
     if not rec.judged_on(env):
-        from kernelsearch.harness import check
-
         why = ", ".join(f"{k} {rec.env.get(k)!r} -> {env.get(k)!r}"
-                        for k in st.env_differs(rec.env, env))
-        log.warning("kernel source src:%s was judged elsewhere (%s): re-judging", sha[:12], why)
-        configs = {json_key(e.config): e.config for e in table.entries
-                   if source_digest(e.variant) == sha}
-        for cfg in configs.values():
-            v = check(rec.family, source, cfg, device=dev, timing=False,
-                      shapes=_rejudge_shapes(table, sha) or None)
-            if not v.accepted:
-                raise st.StoreError(f"re-judged on {env['gpu']}: {v.code}/{v.rule}: "
-                                    f"{v.detail[:300]}")
+                        for k in st.env_differs(rec.env, env)) or "its record is another host's"
+        log.warning("kernel source src:%s was not judged here (%s): re-judging", sha[:12], why)
+        v = judge_here(table, sha, rec.family, source, dev)
+        if not v.accepted:
+            raise st.StoreError(f"re-judged on {env['gpu']}: {v.code}/{v.rule}: "
+                                f"{v.detail[:300]}")
         try:
             store.add_judgement(sha, v.to_dict(), env)
         except (OSError, st.StoreError) as e:  # a read-only store: judged again next time
             log.info("kernel source src:%s: re-judgement not recorded: %s", sha[:12], e)
     return sandbox.load(source, "src").forward
+
+
+def judge_here(table: DispatchTable, sha: str, family: str, source: str, device: str) -> Any:
+    """This host's judgement of a stored source for the entries of `table` that name it: the
+    judge (guard, then correctness in a sandboxed child at the ends of every range it is used
+    on) for each config it runs with. The first rejection, or the last verdict."""
+    from kernelsearch.harness import check
+
+    configs = {json_key(e.config): e.config for e in table.entries
+               if source_digest(e.variant) == sha}
+    v = None
+    for cfg in configs.values() or [{}]:
+        v = check(family, source, cfg, device=device, timing=False,
+                  shapes=_rejudge_shapes(table, sha) or None)
+        if not v.accepted:
+            return v
+    return v
 
 
 def json_key(d: dict) -> str:
@@ -187,18 +215,19 @@ def _key(family: str, args) -> tuple:
                              if isinstance(a, torch.Tensor) else None for a in args)
 
 
-def _resolve(family: str, args) -> Optional[Callable]:
+def _resolve(family: str, args) -> Optional[tuple[Callable, Any, list]]:
+    """(the kernel with its config bound, its table entry, its canary state), or None: torch."""
     key = _key(family, args)
     try:
         return _cache[key]
     except KeyError:
         pass
-    fn = _lookup(family, args)
-    _cache[key] = fn
-    return fn
+    hit = _lookup(family, args)
+    _cache[key] = hit
+    return hit
 
 
-def _lookup(family: str, args) -> Optional[Callable]:
+def _lookup(family: str, args) -> Optional[tuple[Callable, Any, list]]:
     from kernelsearch.families import get
     from kernelsearch.families.base import dtype_name
 
@@ -223,22 +252,102 @@ def _lookup(family: str, args) -> Optional[Callable]:
     sha = source_digest(e.variant)
     if sha is not None:  # a stored source: only if install loaded and verified it
         fwd = _sources.get(sha)
-        return None if fwd is None else functools.partial(fwd, **e.config)
-    return functools.partial(_forward(family, e.variant), **e.config)
+        return None if fwd is None else (functools.partial(fwd, **e.config), e, _ckey(e))
+    return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e)
+
+
+def _ckey(e: Any) -> list:
+    """The canary's state of an entry (one per entry, shared by every shape it serves; found
+    once per cached lookup, not per call)."""
+    k = (e.family, e.variant, json_key(e.config))
+    if k not in _canary_state:
+        _canary_state[k] = _canary.state() if _canary is not None else [0, 0.0]
+    return _canary_state[k]
 
 
 def call(family: str, *args: Any) -> Any:
-    fn = _resolve(family, args) if _table is not None else None
-    if fn is None:
+    hit = _resolve(family, args) if _table is not None else None
+    if hit is None:
         _stats["fallback"] += 1
         from kernelsearch.families import get
 
         return get(family).torch_default(*args)
+    fn, entry, key = hit
     _stats["kernel"] += 1
     from kernelsearch.runtime import ensure_scratch_allocator
 
     ensure_scratch_allocator()  # device-built TMA descriptors need triton scratch memory
-    return fn(*args)
+    out = fn(*args)
+    if _canary is not None and _canary.due(key):
+        from kernelsearch.families import get
+
+        fam = get(family)
+        why = _canary.check(key, fam, args, out)
+        if why is not None:
+            _caught(fam, entry, args, why)
+            _stats["fallback"] += 1
+            return fam.torch_default(*args)
+    return out
+
+
+def _caught(fam: Any, entry: Any, args: tuple, why: str) -> None:
+    """The canary saw `entry` compute wrong: remove it (every entry of its stored source, or of
+    that variant and config), record the incident, quarantine the source, tell the listeners."""
+    global _table
+    import time
+
+    from kernelsearch import canary
+
+    sha = source_digest(entry.variant)
+    gone = (lambda e: source_digest(e.variant) == sha) if sha else (
+        lambda e: e.variant == entry.variant and e.config == entry.config)
+    assert _table is not None
+    removed = [e for e in _table.entries if gone(e)]
+    _table = DispatchTable([e for e in _table.entries if not gone(e)], device=_table.device,
+                           meta=dict(_table.meta))
+    _cache.clear()
+    shape = [int(v) for v in fam.shape_of(*args)]
+    incident = {"kind": "canary_failure", "family": fam.name, "variant": entry.variant,
+                "source_sha256": sha, "config": dict(entry.config), "shape": shape,
+                "dtype": str(args[0].dtype).replace("torch.", ""), "detail": why[:1000],
+                "removed_entries": len(removed),
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if sha:
+        _sources.pop(sha, None)
+        for k in [k for k in _loaded if k[1] == sha]:
+            del _loaded[k]
+        _refused[sha] = f"kernel canary: computed wrong in use at {shape}: {why[:300]}"
+        incident["quarantined"] = _quarantine(sha, why, incident)
+    _incidents.append(incident)
+    log.error("kernel canary: %s %s%s computed wrong at %s (%s); %d table entries removed, "
+              "the calls run the fallback", fam.name, entry.variant,
+              f" (src:{sha[:12]})" if sha else "", shape, why[:300], len(removed))
+    canary.notify(incident)
+
+
+def _quarantine(sha: str, why: str, incident: dict) -> str:
+    from kernelsearch import store as st
+
+    if _store_root is None:
+        return "no store"
+    try:
+        st.SourceStore(_store_root).quarantine(sha, f"kernel canary: {why}", incident)
+        return str(_store_root)
+    except (OSError, st.StoreError) as e:  # a read-only store (the model runs unprivileged)
+        log.error("kernel canary: src:%s not quarantined in %s: %s", sha[:12], _store_root, e)
+        return f"not recorded: {e}"
+
+
+def incidents() -> list[dict]:
+    """What the kernel canary caught in this process (each also logged and sent to
+    `canary.listeners`)."""
+    return list(_incidents)
+
+
+def canary_stats() -> dict[str, Any]:
+    c = _canary
+    return {} if c is None else {"enabled": c.enabled, "rate": c.rate,
+                                 "interval_s": c.interval_s, "replays": c.replays}
 
 
 def softmax(x):
@@ -280,7 +389,8 @@ def resolve(family: str, *args: Any) -> Optional[Callable]:
     bound, a functools.partial), or None where it would run torch; runs nothing and counts
     nothing. For callers that hand a kernel more than the family signature (the static-cache
     attention op passes filled lengths): they `count` what they ran."""
-    return _resolve(family, args) if _table is not None else None
+    hit = _resolve(family, args) if _table is not None else None
+    return None if hit is None else hit[0]
 
 
 def count(kind: str) -> None:

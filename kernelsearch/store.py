@@ -76,13 +76,20 @@ def environment(device: str = "cuda") -> dict[str, str]:
         gpu, driver = torch.cuda.get_device_name(0), _driver_version()
     else:
         gpu, driver = "cpu (triton interpreter)", ""
-    return {"gpu": gpu, "driver": driver, "torch": torch.__version__,
-            "triton": triton.__version__}
+    return {"gpu": str(gpu), "driver": str(driver), "torch": str(torch.__version__),
+            "triton": str(triton.__version__)}
 
 
 def env_differs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """The ENV_KEYS on which two environments differ (empty: a judgement carries over)."""
     return [k for k in ENV_KEYS if str(a.get(k, "")) != str(b.get(k, ""))]
+
+
+_FIELD_TYPES: dict[str, type] = {"sha256": str, "family": str, "config": dict, "verdict": dict,
+                                 "checked": list, "timed": list, "env": dict, "stored_at": str,
+                                 "origin": dict, "judgements": list, "imported_at": str,
+                                 "quarantined": dict}
+MAX_RECORD = 4 << 20  # bytes: a record is a few KiB; anything near this is not one
 
 
 @dataclass
@@ -96,7 +103,12 @@ class Record:
     env: dict[str, str]  # where it was judged (environment())
     stored_at: str = ""
     origin: dict[str, Any] = field(default_factory=dict)  # run, trial, proposer, model, ideas
-    judgements: list[dict[str, Any]] = field(default_factory=list)  # later re-judgements
+    judgements: list[dict[str, Any]] = field(default_factory=list)  # this host's re-judgements
+    # set when the record came in a bundle (a profile): its verdict and env are then another
+    # host's claims, provenance only; only this host's own judgements count
+    imported_at: str = ""
+    # set when the kernel canary saw it compute wrong in use: never installed or offered again
+    quarantined: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,11 +120,20 @@ class Record:
         missing = [k for k in ("sha256", "family", "verdict", "env") if k not in d]
         if missing:
             raise StoreError(f"{where}: missing {', '.join(missing)}")
+        for k, t in _FIELD_TYPES.items():
+            if k in d and not isinstance(d[k], t):
+                raise StoreError(f"{where}: field {k}: expected a {t.__name__}, got "
+                                 f"{type(d[k]).__name__}")
+        if not all(isinstance(j, dict) and isinstance(j.get("env", {}), dict)
+                   for j in d.get("judgements", [])):
+            raise StoreError(f"{where}: field judgements: expected a list of mappings")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def judged_on(self, env: dict[str, Any]) -> bool:
-        """Judged (accepted) on this environment: at store time or by a later re-judgement."""
-        return not env_differs(self.env, env) or any(
+        """Judged (accepted) on this environment by this host: at store time (a record this
+        host's judge wrote, not an imported one) or by a later re-judgement here."""
+        own = not self.imported_at and self.verdict.get("verdict") == "accepted"
+        return (own and not env_differs(self.env, env)) or any(
             j.get("verdict") == "accepted" and not env_differs(j.get("env", {}), env)
             for j in self.judgements)
 
@@ -236,27 +257,52 @@ class SourceStore:
 
     def record(self, sha: str) -> Record:
         check_sha(sha)
+        where = self.root / f"{sha}.json"
+        data = self._read(f"{sha}.json")
+        if len(data) > MAX_RECORD:
+            raise StoreError(f"{where}: {len(data)} bytes, not a record (at most {MAX_RECORD})")
         try:
-            d = json.loads(self._read(f"{sha}.json"))
+            d = json.loads(data)
         except json.JSONDecodeError as e:
-            raise StoreError(f"{self.root / (sha + '.json')}: not JSON ({e.msg})") from None
-        rec = Record.from_dict(d, str(self.root / f"{sha}.json"))
+            raise StoreError(f"{where}: not JSON ({e.msg})") from None
+        except RecursionError:
+            raise StoreError(f"{where}: nested too deeply to be a record") from None
+        except UnicodeDecodeError:
+            raise StoreError(f"{where}: not UTF-8 text") from None
+        rec = Record.from_dict(d, str(where))
         if rec.sha256 != sha:
             raise StoreError(f"{self.root / (sha + '.json')}: record names {rec.sha256[:12]}...")
         return rec
 
-    def list(self) -> list[Record]:
-        """Every stored record (records that do not read are left out), oldest first."""
-        out = []
-        if not self.root.is_dir() or self.root.is_symlink():
-            return out
+    def scan(self) -> tuple[list[Record], list[tuple[str, str]]]:
+        """(every stored record that reads, oldest first; (file, why) for each that does not).
+        One bad record never hides the others; an unsafe store (a symlink, not root's, group-
+        or world-writable when root) raises StoreError instead of looking empty."""
+        out: list[Record] = []
+        bad: list[tuple[str, str]] = []
+        if not os.path.lexists(self.root):
+            return out, bad
+        os.close(self._dir_fd(create=False))  # raises for an unsafe store
         for p in sorted(self.root.glob("*.json")):
             if SHA_RE.match(p.stem):
                 try:
                     out.append(self.record(p.stem))
-                except StoreError:
-                    continue
-        return sorted(out, key=lambda r: r.stored_at)
+                except StoreError as e:
+                    bad.append((str(p), str(e)))
+        return sorted(out, key=lambda r: r.stored_at), bad
+
+    def list(self) -> list[Record]:
+        """Every stored record that reads, oldest first (`scan` also names the others)."""
+        return self.scan()[0]
+
+    def quarantine(self, sha: str, why: str, incident: Optional[dict] = None) -> Record:
+        """Mark a source as computing wrong in use (the kernel canary): dispatch never installs
+        it again and no search offers it."""
+        rec = self.record(sha)
+        rec.quarantined = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "why": why[:2000], **({"incident": incident} if incident else {})}
+        self._write(f"{sha}.json", (json.dumps(rec.to_dict(), indent=1, default=str) + "\n").encode())
+        return rec
 
     def add_judgement(self, sha: str, verdict: dict[str, Any], env: dict[str, str]) -> Record:
         """Record a re-judgement (another GPU, driver or triton) so the next process can reuse it."""
@@ -272,9 +318,12 @@ class SourceStore:
     def export(self, sha: str) -> dict[str, Any]:
         return {"source": self.source(sha), "record": self.record(sha).to_dict()}
 
-    def import_bundle(self, sha: str, bundle: Any, where: str = "kernel_sources") -> Record:
-        """Verify a bundled source against its digest and store it (its record travels with it,
-        so the importing host knows where it was judged). Raises StoreError on any mismatch."""
+    def import_bundle(self, sha: str, bundle: Any, where: str = "kernel_sources",
+                      judgement: Optional[tuple[dict, dict]] = None) -> Record:
+        """Verify a bundled source against its digest and store it. Its record travels with it
+        as provenance only (`imported_at` set; the judgements it claims are kept under
+        origin.claimed_judgements and count for nothing): `judgement`, (verdict, env) of this
+        host's own judge, is what lets dispatch run it. Raises StoreError on any mismatch."""
         check_sha(sha)
         if not isinstance(bundle, dict) or not isinstance(bundle.get("source"), str):
             raise StoreError(f"{where}.{sha[:12]}: expected {{source: TEXT, record: {{...}}}}")
@@ -287,9 +336,16 @@ class SourceStore:
             raise StoreError(f"{where}.{sha[:12]}.record: names {rec.sha256[:12]}...")
         if self.has(sha):
             self.source(sha)  # the local copy must still verify
-            return self.record(sha)
-        self._write(f"{sha}.py", bundle["source"].encode())
-        self._write(f"{sha}.json", (json.dumps(rec.to_dict(), indent=1, default=str) + "\n").encode())
+            rec = self.record(sha)
+        else:
+            rec.origin = dict(rec.origin, claimed_judgements=rec.judgements[:20])
+            rec.judgements, rec.quarantined = [], {}
+            rec.imported_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            self._write(f"{sha}.py", bundle["source"].encode())
+            self._write(f"{sha}.json",
+                        (json.dumps(rec.to_dict(), indent=1, default=str) + "\n").encode())
+        if judgement is not None and not rec.judged_on(judgement[1]):
+            rec = self.add_judgement(sha, *judgement)
         return rec
 
 

@@ -8,6 +8,8 @@
   (Landlock ABI >= 6) cannot signal processes outside its domain (the warden, the caller).
 - TMPDIR, HOME and the Triton / CUDA / XDG caches point into its temp dir: nothing it writes
   survives it, and no cache a later trusted run would load is writable by it.
+- No network: its own network namespace when root (only a loopback, down), and a seccomp
+  filter that refuses inet/inet6/packet sockets and io_uring for every caller.
 - Resource limits (`limits.py`: processes and threads, open files, file size, CPU time) are set
   last, as the sandbox user.
 
@@ -20,6 +22,7 @@ import glob
 import os
 import pwd
 import stat
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -85,28 +88,67 @@ def sandbox_user(name: Optional[str] = None) -> Optional[tuple[int, int]]:
     return pw.pw_uid, pw.pw_gid
 
 
-def unreadable_install(device: str) -> Optional[str]:
-    """A directory of the Python / Triton install that other users cannot enter (a pyenv under a
-    0700 /root), or None. On the CPU the worker imports what it needs before dropping its uid;
-    on the GPU Triton still reads its headers and runs ptxas from there at every compile."""
-    if device != "cuda":
-        return None
+def install_paths(device: str = "cpu") -> list[str]:
+    """What the judge's worker reads after it has become the sandbox user, as the paths Python
+    opens (a symlink into a 0700 dir still has to be walked through it): every folder of its
+    module search path outside the standard library (site-packages, a venv's, PYTHONPATH's:
+    where a package's lazy imports such as `triton.experimental` come from) and the packages
+    the judge imports, located but not imported. The standard library is imported before the
+    drop (`preload`); on a GPU Triton also runs the compiler on the interpreter's headers and
+    its own ptxas, so the interpreter, its library and its include dirs count too."""
     import importlib.util
     import sysconfig
 
-    spec = importlib.util.find_spec("triton")  # located, not imported (the caller stays light)
-    tops = [sysconfig.get_paths()["stdlib"]]
-    if spec is not None and spec.origin:
-        tops.append(os.path.dirname(spec.origin))
-    for top in tops:
-        p = Path(top).resolve()
-        for d in [p, *p.parents]:
-            try:
-                if not os.stat(d).st_mode & stat.S_IXOTH:
-                    return str(d)
-            except OSError:
-                return str(d)
-    return None
+    sp = sysconfig.get_paths()
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    std = sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
+    paths = [p for p in sys.path if p and os.path.isdir(p)
+             and not any((os.path.abspath(p) + os.sep).startswith(d + os.sep) for d in std)]
+    for mod in ("torch", "triton", "kernelsearch"):
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            paths.append(os.path.dirname(spec.origin))
+    if device == "cuda":
+        paths += [sys.executable] + std + [sp[k] for k in ("include", "platinclude") if k in sp]
+    out: list[str] = []
+    for p in map(os.path.abspath, paths):
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def unreadable_install(user: tuple[int, int], device: str = "cpu",
+                       paths: Optional[list[str]] = None) -> Optional[str]:
+    """The first of `paths` (default `install_paths(device)`) that the sandbox user cannot read (a
+    venv or conda under a 0700 /root), or None. Asked of the kernel itself: a forked process
+    becomes the user and tries (os.access as that uid: modes, ACLs and every parent dir count)."""
+    paths = install_paths(device) if paths is None else paths
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports, then exits
+        bad = b""
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setresgid(user[1], user[1], user[1])
+            os.setresuid(user[0], user[0], user[0])
+            for p in paths:
+                if not os.access(p, os.R_OK | os.X_OK):
+                    bad = p.encode()
+                    break
+        except BaseException as e:  # noqa: BLE001 - a failed drop is a failed check
+            bad = f"(could not become uid {user[0]}: {e})".encode()
+        finally:
+            os.write(w, bad or b"-")
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return None if got in ("", "-") else got
 
 
 def prepare_dir(work: Path, uid: Optional[int], gid: Optional[int]) -> None:
@@ -185,6 +227,88 @@ def _landlock(work: Path, abi: int) -> None:
         os.close(rs)
 
 
+# -- no network: its own network namespace when root, a seccomp filter on inet sockets always --
+_CLONE_NEWNET = 0x40000000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+_EACCES = 13
+# (audit arch, socket nr, io_uring_setup nr): io_uring can open sockets without socket(2)
+_ARCH = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+_DENIED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
+_X32_BIT = 0x40000000
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _no_inet_filter(arch: int, sock_nr: int, uring_nr: int) -> list[tuple[int, int, int, int]]:
+    """A classic-BPF seccomp program: socket(AF_INET|AF_INET6|AF_PACKET, ...), io_uring_setup,
+    x32 calls and calls of another architecture fail with EACCES; everything else runs."""
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
+    deny, allow = _SECCOMP_RET_ERRNO | _EACCES, _SECCOMP_RET_ALLOW
+    fams = list(_DENIED_FAMILIES)
+    n = len(fams)
+    # indices: 0 ld arch, 1 jeq arch, 2 ld nr, 3 jge x32, 4 jeq uring, 5 jeq socket,
+    # 6 ret allow, 7 ld arg0, 8.. jeq fam (n), 8+n ret allow, 9+n ret deny
+    d = 9 + n
+    prog = [(ld, 0, 0, 4), (jeq, 0, d - 2, arch), (ld, 0, 0, 0), (jge, d - 4, 0, _X32_BIT),
+            (jeq, d - 5, 0, uring_nr), (jeq, 1, 0, sock_nr), (ret, 0, 0, allow),
+            (ld, 0, 0, 16)]
+    for i, f in enumerate(fams):
+        here = 8 + i
+        prog.append((jeq, d - here - 1, 0, f))
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return prog
+
+
+def _seccomp_no_inet() -> None:
+    import platform
+
+    machine = platform.machine()
+    if machine not in _ARCH:
+        raise OSError(f"no seccomp network filter for {machine}: refusing to run unfenced")
+    prog = _no_inet_filter(*_ARCH[machine])
+    arr = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), arr)
+    libc = _libc()
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter (no inet sockets) failed")
+
+
+def _own_netns() -> None:
+    """A network namespace of its own: only a loopback, and that one down."""
+    if _libc().unshare(_CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+
+
+def fence_network(privileged: bool) -> list[str]:
+    """No network at all for candidate code (Landlock fences TCP only): its own network
+    namespace when we may make one (root with CAP_SYS_ADMIN; a container's root without it
+    gets the filter alone, said in the verdict), and always a seccomp filter refusing inet and
+    packet sockets and io_uring. Raises if the filter cannot be put in place (fail closed).
+    Returns the layers that hold."""
+    layers = []
+    if privileged:
+        try:
+            _own_netns()
+            layers.append("netns")
+        except OSError as e:  # root without CAP_SYS_ADMIN (a container): seccomp still holds
+            if e.errno not in (1, 22):  # EPERM, EINVAL (no netns support)
+                raise
+            layers.append(f"no netns ({os.strerror(e.errno)})")
+    _seccomp_no_inet()
+    layers.append("seccomp")
+    return layers
+
+
 def preload(family: str, device: str) -> None:
     """Import what the judge needs while the install is still readable: a Python under a 0700
     home (pyenv in /root) is not readable by the sandbox user, and nothing it imports later
@@ -229,13 +353,14 @@ def enter(work: Path, user: Optional[tuple[int, int]], family: str = "",
         # the GPU runtime opens, creates and maps what it needs (device nodes, its shared
         # memory) at its first call: done before the fences go up, or CUDA cannot start in them
         preload(family, device)
+    net = fence_network(privileged=os.geteuid() == 0)
     abi = landlock_abi()
     if abi:
         _landlock(work, abi)
     if drop:
         assert user is not None
         _drop_privileges(*user)
-    report: dict = {"landlock_abi": abi, "uid": os.geteuid()}
+    report: dict = {"landlock_abi": abi, "uid": os.geteuid(), "network": net}
     if limits is not None:  # after the drop: RLIMIT_NPROC counts the tasks of the real uid
         from kernelsearch.harness.limits import apply
 

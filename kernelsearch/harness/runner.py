@@ -105,6 +105,33 @@ def _kill(p: "psutil.Process") -> None:
         pass
 
 
+# what the child may inherit from its caller: what Python, CUDA and Triton read, nothing else
+# (a caller's METALTUNE_BMC_PASSWORD, tokens, proxies never reach candidate code)
+ENV_NAMES = {"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CC", "CXX",
+             "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
+             "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCH_CUDA_ARCH_LIST"}
+ENV_PREFIXES = ("LC_", "CUDA_", "TRITON_", "KERNELSEARCH_")
+PASS_ENV = "KERNELSEARCH_SANDBOX_PASS_ENV"  # comma-separated extra names an operator passes on
+
+
+def child_env(environ, work: Path) -> dict[str, str]:
+    """The judge child's environment, built from an allow-list (never the caller's whole
+    environment): ENV_NAMES, ENV_PREFIXES, the names $KERNELSEARCH_SANDBOX_PASS_ENV lists;
+    TMPDIR in the sandbox's own dir (the worker points HOME and every cache there too before it
+    loads a candidate; the interpreter starts with the caller's HOME, for its user site);
+    PYTHONPATH with this package first."""
+    extra = {n.strip() for n in environ.get(PASS_ENV, "").split(",") if n.strip()}
+    env = {k: v for k, v in environ.items()
+           if k in ENV_NAMES or k in extra or k.startswith(ENV_PREFIXES)}
+    env.setdefault("PATH", os.defpath)
+    env["TMPDIR"] = str(work / "tmp")
+    root = str(Path(__file__).resolve().parents[2])
+    pp = environ.get("PYTHONPATH")
+    env["PYTHONPATH"] = root + (os.pathsep + pp if pp else "")
+    return env
+
+
 def _limits():  # runs in the child before exec
     import resource
 
@@ -181,13 +208,17 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
             return Verdict.reject("process", "crashed", "sandbox_user",
                                   f"no unprivileged account to run candidate code as: {e}",
                                   seconds=time.time() - t0)
-        closed = confine.unreadable_install(device) if user else None
+        closed = confine.unreadable_install(user, device) if user else None
         if closed:  # fail closed, with the way out: never run candidate code as root silently
             return Verdict.reject(
-                "process", "crashed", "sandbox_user",
-                f"the sandbox user (uid {user[0]}) cannot enter {closed}, where Python/Triton "
-                f"live; install them where others can read, or set {confine.USER_ENV}=none "
-                "to keep root (Landlock still confines writes)", seconds=time.time() - t0)
+                "process", "crashed", "sandbox_unreadable",
+                f"the sandbox user (uid {user[0]}, {confine.USER_ENV}) cannot read {closed}, "
+                "part of the Python install the judge runs (a venv or pyenv under a 0700 "
+                f"home?): no "
+                "candidate can be judged as that user. Install metaltune where others can read "
+                f"(e.g. /opt), give that user read access, or set {confine.USER_ENV}=none to "
+                "judge as root (Landlock, seccomp and the network namespace still hold)",
+                seconds=time.time() - t0)
     work = _sandbox_dir(*(user or (None, None)))
     try:
         with tempfile.TemporaryDirectory(prefix="ks-judge-") as d:
@@ -214,11 +245,9 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
     req_path, out_path = os.path.join(d, "req.json"), os.path.join(d, "out.json")
     with open(req_path, "w") as f:
         json.dump(req, f)
-    env = dict(os.environ)
+    env = child_env(os.environ, work)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     err_path = os.path.join(d, "stderr")
     with open(err_path, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.harness.child",

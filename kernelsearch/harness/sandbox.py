@@ -3,6 +3,7 @@ code (not from triton's) must be allocation, views or metadata; allocations are 
 so unwritten elements show; kernel launches are counted; threads and timer patches are seen."""
 from __future__ import annotations
 
+import __future__
 import atexit
 import hashlib
 import importlib.util
@@ -69,27 +70,36 @@ def restore() -> None:
         setattr(obj, attr, _SNAPSHOT[k])
 
 
-_counter = 0
-_dirs: list[str] = []  # the ks-cand-* dirs load() made, removed by cleanup()
+_dirs: list[str] = []  # the ks-src-* dirs load() made, removed by cleanup()
+# compiled as if the module began `from __future__ import annotations`: an annotation is kept
+# as text and never evaluated, so `PROBE: exec("...") = 0` runs nothing at import, in the
+# judge or in the model's process (Triton reads `tl.constexpr` from the text as well)
+_FLAGS = __future__.annotations.compiler_flag
 
 
-def load(source: str, tag: str = "cand") -> ModuleType:
-    """Import candidate source from a real file (triton reads kernel source via inspect). The
-    file's dir lives until `cleanup()` (the judge calls it when done; at exit otherwise)."""
-    global _counter
-    _counter += 1
-    digest = hashlib.sha1(source.encode()).hexdigest()[:10]
+def module_name(source: str) -> str:
+    """The one module name a source is loaded under, everywhere: derived from its digest."""
+    return f"ks_src_{hashlib.sha256(source.encode()).hexdigest()[:16]}"
+
+
+def load(source: str, tag: str = "") -> ModuleType:
+    """Import candidate source from a real file (triton reads kernel source via inspect): the
+    one loader of the judge, `dispatch.install` and so the torch custom ops. Module name, file
+    name and folder prefix depend on the source only (`tag` is the caller's label, never seen
+    by the candidate), so nothing about its loading tells a judged run from an installed one.
+    The file's dir lives until `cleanup()` (the judge calls it when done; at exit otherwise)."""
+    name = module_name(source)
     if not _dirs:
         atexit.register(cleanup)
-    d = Path(tempfile.mkdtemp(prefix="ks-cand-"))
+    d = Path(tempfile.mkdtemp(prefix="ks-src-"))
     _dirs.append(str(d))
-    path = d / f"{tag}_{digest}_{_counter}.py"
+    path = d / f"{name}.py"
     path.write_text(source)
-    name = f"ks_{tag}_{digest}_{_counter}"
+    code = compile(source, str(path), "exec", flags=_FLAGS, dont_inherit=True)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
-    spec.loader.exec_module(mod)
+    exec(code, mod.__dict__)
     return mod
 
 

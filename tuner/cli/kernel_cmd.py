@@ -306,16 +306,20 @@ def list_cmd(ctx: typer.Context, family: Optional[str] = typer.Option(None, "--f
     profile) with their provenance: family, where they were judged, on which shapes."""
     if family:
         _family(family)
-    recs = [r for r in _kernel_store(ctx).list() if not family or r.family == family]
+    recs, bad = _scan(_kernel_store(ctx))
+    recs = [r for r in recs if not family or r.family == family]
     rows = [{"sha256": r.sha256, "family": r.family, "config": r.config,
              "verdict": r.verdict.get("verdict"), "gpu": r.env.get("gpu"),
              "driver": r.env.get("driver"), "torch": r.env.get("torch"),
              "triton": r.env.get("triton"), "checked": len(r.checked), "timed": r.timed,
              "stored_at": r.stored_at, "run_id": r.origin.get("run_id"),
              "trial": r.origin.get("trial"), "ideas": r.origin.get("ideas", []),
-             "rejudged_on": [j["env"].get("gpu") for j in r.judgements]} for r in recs]
+             "rejudged_on": [j.get("env", {}).get("gpu") for j in r.judgements],
+             "imported": bool(r.imported_at), "quarantined": r.quarantined or None}
+            for r in recs]
     if as_json:
-        print(json.dumps({"kernels": rows}, indent=2))
+        print(json.dumps({"kernels": rows, "unreadable": [{"file": f, "error": e}
+                                                          for f, e in bad]}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -331,6 +335,24 @@ def list_cmd(ctx: typer.Context, family: Optional[str] = typer.Option(None, "--f
     Console().print(t)
 
 
+def _scan(store):
+    """The store's records; each unreadable one named on stderr (one line each), an unsafe
+    store an error (exit 1): never an empty list that hides why."""
+    import sys
+
+    from kernelsearch.store import StoreError
+    from tuner.errors import OperationFailed
+
+    try:
+        recs, bad = store.scan()
+    except StoreError as e:
+        raise OperationFailed(f"kernel store unsafe, not read: {e}") from None
+    for f, why in bad:
+        print(f"skipped unreadable record {why if why.startswith(f) else f + ': ' + why}",
+              file=sys.stderr)
+    return recs, bad
+
+
 @kernel_app.command("show")
 def show_cmd(ctx: typer.Context, sha: str = typer.Argument(..., help="SHA-256 (or a unique prefix of at least 8 hex digits)."),
              as_json: bool = typer.Option(False, "--json")) -> None:
@@ -342,7 +364,13 @@ def show_cmd(ctx: typer.Context, sha: str = typer.Argument(..., help="SHA-256 (o
     store = _kernel_store(ctx)
     if len(sha) < 8 or any(ch not in "0123456789abcdef" for ch in sha):
         raise BadInput(f"SHA {sha!r}: expected at least 8 lowercase hex digits")
-    hits = [r.sha256 for r in store.list() if r.sha256.startswith(sha)]
+    recs, bad = _scan(store)
+    hits = [r.sha256 for r in recs if r.sha256.startswith(sha)]
+    broken = [why for f, why in bad if Path(f).stem.startswith(sha)]
+    if broken and not hits:
+        from tuner.errors import OperationFailed
+
+        raise OperationFailed(broken[0])
     if len(hits) != 1:
         raise BadInput(f"SHA {sha!r}: " + ("no stored kernel has it" if not hits else
                                           f"ambiguous ({len(hits)} stored kernels start so)"))
@@ -366,7 +394,12 @@ def show_cmd(ctx: typer.Context, sha: str = typer.Argument(..., help="SHA-256 (o
             print(f"origin: run {o.get('run_id')} trial {o.get('trial')} by {o.get('proposer')}"
                   + (f"; ideas: {o['ideas']}" if o.get("ideas") else ""))
         for j in rec.judgements:
-            print(f"re-judged {j['at']} on {j['env'].get('gpu')}: {j['verdict']} {j.get('code')}")
+            print(f"re-judged {j.get('at')} on {j.get('env', {}).get('gpu')}: "
+                  f"{j.get('verdict')} {j.get('code')}")
+        if rec.imported_at:
+            print(f"imported {rec.imported_at} (its verdict and env are the exporting host's)")
+        if rec.quarantined:
+            print(f"QUARANTINED {rec.quarantined.get('at')}: {rec.quarantined.get('why')}")
         print(source if not ok else f"REFUSED: {ok}", end="" if source.endswith("\n") else "\n")
     if ok:
         raise typer.Exit(1)

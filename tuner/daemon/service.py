@@ -98,7 +98,7 @@ class Daemon:
     def knobs(self) -> dict[str, Any]:
         from tuner.knobs import registry
 
-        return registry.discover(self.host)
+        return registry.discover(self.host, state_dir=self.cfg.state_dir)
 
     # =========================================================================================
     def run(self) -> int:

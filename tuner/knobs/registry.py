@@ -16,8 +16,16 @@ log = logging.getLogger(__name__)
 PROVIDERS = ["gpu", "pcie", "cpu", "sysctl", "driver", "bios"]
 
 
-def discover(host: Any, providers: list[str] | None = None) -> dict[str, Knob]:
+def discover(host: Any, providers: list[str] | None = None,
+             state_dir: Any = None) -> dict[str, Knob]:
+    """`state_dir`: also the `kernels.table` knob (the host's active kernel dispatch table,
+    tuner.knobs.kernels), which lives in metaltune's state dir rather than on a device."""
     knobs: dict[str, Knob] = {}
+    if state_dir is not None:
+        from tuner.knobs import kernels
+
+        k = kernels.knob(host, state_dir)
+        knobs[k.name] = k
     for mod_name in providers or PROVIDERS:
         mod = importlib.import_module(f"tuner.knobs.{mod_name}")  # a stale name fails loudly
         try:

@@ -33,7 +33,7 @@ def _host_knobs(settings: Any, dry_run: bool = False) -> tuple[Any, dict[str, An
     from tuner.knobs import registry
 
     host = settings.host(dry_run=dry_run)
-    return host, registry.discover(host), hw.detect(host)
+    return host, registry.discover(host, state_dir=settings.state_dir), hw.detect(host)
 
 
 def _jsonable(v: Any) -> Any:
@@ -173,19 +173,23 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         from tuner.ops import profile_kernels
 
         kplan = profile_kernels.check(prof, Path(settings.state_dir))  # digests, before any write
+        if kplan is not None and not dry_run:  # judged here, whatever the bundle's record says
+            profile_kernels.judge(prof, Path(settings.state_dir), kplan)
         res: dict[str, Any] = {"profile": prof.name, "path": prof.path, "host": _hw_brief(hw),
                                "match": why, "dry_run": dry_run, "policy": pol.source,
                                "changes": changes, "plan": items, "summary": _summary(items)}
         if kplan is not None:
             res["kernels"] = {k: v for k, v in kplan.items() if k != "table"}
+            # the table is a change like a knob's: policy, journal, probation, rollback
+            table = profile_kernels.change(prof, kplan, knobs)
+            if table is not None:
+                changes = dict(changes, **{profile_kernels.KNOB: table})
         if dry_run or not changes:
             res["result"] = "dry run: nothing written" if dry_run else "nothing to change"
         else:
+            if kplan is not None:  # sources first: the table only names what the store has
+                res["kernels"] = profile_kernels.install(prof, settings.ensure_state_dir(), kplan)
             res.update(_transaction(settings, prof, knobs, changes, pol, probation_s, host))
-        if kplan is not None and not dry_run:
-            res["kernels"] = profile_kernels.install(prof, settings.ensure_state_dir(), kplan)
-            if not changes:
-                res["result"] = "kernels installed; no knob to change"
         return res
     finally:
         host.close()
@@ -341,6 +345,8 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
         try:
             vals = {}
             for n, k in sorted(knobs.items()):
+                if n == profile_kernels.KNOB:  # a profile carries its table as `kernels:`
+                    continue
                 try:
                     if isinstance(k.limits(), Unsupported):
                         continue

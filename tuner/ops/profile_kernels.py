@@ -11,8 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from tuner.errors import BadInput
+from kernelsearch.harness import guard
+from kernelsearch.table import source_digest
+from tuner.errors import BadInput, OperationFailed
 
+from tuner.knobs.kernels import NAME as KNOB
 from tuner.search.sources import ACTIVE  # noqa: F401  (where apply installs the table)
 
 
@@ -72,33 +75,99 @@ def check(prof: Any, state_dir: Path) -> Optional[dict[str, Any]]:
                     raise StoreError("expected {source: TEXT, record: {...}}")
                 if digest(b["source"]) != sha:
                     raise StoreError("digest mismatch: the bundled source does not hash to its name")
-                how = "bundled"
+                how, source = "bundled", b["source"]
             elif store.has(sha):
-                store.source(sha)
+                source = store.source(sha)
                 how = "in the local store"
             else:
                 raise StoreError(f"neither bundled in kernel_sources nor in {store.root}")
         except StoreError as e:
             raise BadInput(f"{prof.path}: field kernel_sources.{sha[:12]}: {e}") from None
+        bad = guard.check_source(source)
+        if bad:  # what this host's judge would refuse is never installed, whatever it claims
+            raise OperationFailed(f"{prof.path}: kernel_sources.{sha[:12]}: refused by the "
+                                  f"static guard: {bad[0]}")
         sources.append({"sha256": sha, "from": how, "verified": True})
     return {"table": table, "entries": len(table.entries), "sources": sources}
 
 
+def judge(prof: Any, state_dir: Path, plan: dict[str, Any]) -> None:
+    """This host's judgement of every source the table names that this host has not judged
+    itself (a bundled record's verdict is another host's claim: provenance only), in the
+    judge's sandboxed child; nothing here imports candidate code. A rejection fails the apply
+    (exit 1) before anything is written; an acceptance goes with the plan to `install`."""
+    from kernelsearch import dispatch
+    from kernelsearch.store import Record, StoreError, environment
+
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    env = environment(device)
+    store = _store(state_dir)
+    table = plan["table"]
+    for s in plan["sources"]:
+        sha = s["sha256"]
+        fams = {e.family for e in table.entries if source_digest(e.variant) == sha}
+        if s["from"] == "bundled":
+            b = prof.kernel_sources[sha]
+            source = b["source"]
+            try:
+                rec = Record.from_dict(b.get("record"), f"{prof.path}: field kernel_sources."
+                                                        f"{sha[:12]}.record")
+            except StoreError as e:
+                raise BadInput(str(e)) from None
+            local = store.record(sha) if store.has(sha) else None
+        else:
+            source, local = store.source(sha), store.record(sha)
+            rec = local
+        if local is not None and local.quarantined:
+            raise OperationFailed(f"{prof.path}: kernel_sources.{sha[:12]}: quarantined on this "
+                                  f"host ({local.quarantined.get('why', '')[:200]})")
+        if fams != {rec.family}:
+            raise OperationFailed(f"{prof.path}: kernel_sources.{sha[:12]}: the table uses it "
+                                  f"for {sorted(fams)}; its record says {rec.family}")
+        s["family"] = rec.family
+        if local is not None and local.judged_on(env):
+            s["judged_here"] = "before"
+            continue
+        v = dispatch.judge_here(table, sha, rec.family, source, device)
+        if not v.accepted:
+            raise OperationFailed(f"{prof.path}: kernel_sources.{sha[:12]}: judged on this host "
+                                  f"({env['gpu']}) and rejected: {v.code}/{v.rule}: "
+                                  f"{v.detail[:300]}")
+        s["judged_here"] = "now"
+        s["_judgement"] = (v.to_dict(), env)
+
+
+def change(prof: Any, plan: dict[str, Any], knobs: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The `kernels.table` value the profile asks for (its table, stamped with the profile's
+    name), or None when that table is in force already."""
+    table = plan["table"]
+    table.meta = dict(table.meta, profile=prof.name)
+    want = table.to_dict()
+    k = knobs.get(KNOB)
+    if k is None:
+        raise OperationFailed(f"{KNOB}: no kernel table knob on this host")
+    return None if k.readback_matches(want, k.read()) else want
+
+
 def install(prof: Any, state_dir: Path, plan: dict[str, Any]) -> dict[str, Any]:
-    """Import the bundled sources (each verified again as it is written) and install the table."""
+    """Import the bundled sources (each verified again as it is written, with this host's own
+    judgement); the table itself is written by the transaction (`kernels.table`)."""
     from kernelsearch.store import StoreError
 
     store = _store(state_dir)
     for s in plan["sources"]:
-        if s["from"] == "bundled":
-            try:
+        judgement = s.pop("_judgement", None)
+        try:
+            if s["from"] == "bundled":
                 store.import_bundle(s["sha256"], prof.kernel_sources[s["sha256"]],
-                                    where=f"{prof.path}: field kernel_sources")
-            except StoreError as e:
-                raise BadInput(str(e)) from None
+                                    where=f"{prof.path}: field kernel_sources",
+                                    judgement=judgement)
+            elif judgement is not None:
+                store.add_judgement(s["sha256"], *judgement)
+        except StoreError as e:
+            raise BadInput(str(e)) from None
     out = Path(state_dir) / "kernels" / ACTIVE
-    table = plan["table"]
-    table.meta = dict(table.meta, profile=prof.name)
-    table.save(out)
     return {"table": str(out), "store": str(store.root), "entries": plan["entries"],
             "sources": plan["sources"]}

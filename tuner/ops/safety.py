@@ -25,17 +25,19 @@ def translate() -> Iterator[None]:
         raise (BadInput if getattr(e, "exit_code", 1) == 2 else OperationFailed)(str(e)) from e
 
 
-def knob_factory(host: Any) -> tuple[str, dict[str, Any]]:
+def knob_factory(host: Any, state_dir: Any = None) -> tuple[str, dict[str, Any]]:
     """What a Transaction's process watchdog needs to rebuild this host's knobs by name."""
     return ("tuner.ops.safety:watchdog_knobs",
-            {"backend": host.backend, "sim_root": str(host.root) if host.backend == "sim" else None})
+            {"backend": host.backend, "sim_root": str(host.root) if host.backend == "sim" else None,
+             "state_dir": str(state_dir) if state_dir is not None else None})
 
 
-def watchdog_knobs(backend: str, sim_root: Optional[str] = None) -> dict[str, Any]:
+def watchdog_knobs(backend: str, sim_root: Optional[str] = None,
+                   state_dir: Optional[str] = None) -> dict[str, Any]:
     from tuner.host import open_host
     from tuner.knobs.registry import discover
 
-    return discover(open_host(backend, sim_root))
+    return discover(open_host(backend, sim_root), state_dir=state_dir)
 
 
 def journal_path(settings: Any) -> Path:
@@ -73,7 +75,7 @@ def _anchor_exists(path: Path) -> bool:
 def _knobs(settings: Any) -> dict[str, Any]:
     from tuner.knobs.registry import discover
 
-    return discover(settings.host())
+    return discover(settings.host(), state_dir=settings.state_dir)
 
 
 @operation("status")

@@ -202,7 +202,7 @@ def stored_sources(store: Any) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     slot choices ("src:<sha256>", its config): each is judged again at the slot's shape."""
     out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for r in reversed(store.list()):
-        if r.verdict.get("verdict") == "accepted":
+        if r.verdict.get("verdict") == "accepted" and not r.quarantined:
             out.setdefault(r.family, []).append((f"src:{r.sha256}", dict(r.config)))
     return out
 
