@@ -630,7 +630,11 @@ class Daemon:
 
     # -- searches -----------------------------------------------------------------------------
     def _search_request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        """A search asked for through the socket: run it now in a child and answer its result."""
+        """A search asked for through the socket: checked by its options model (bad input
+        starts no child), run now in a child, answered with its result."""
+        from tuner.ops.args import validate
+
+        args = validate(op, ops.get(op), args)
         child = self._start_search(op, args, why="operator request", wait_s=WRITE_WAIT_S)
         child.wait()
         return self._finish_search(child)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from tuner.ops.args import Count
 from tuner.ops.registry import operation
 
 
 @operation("trials")
-def trials(settings: Any, limit: Optional[int] = 50, run_id: Optional[str] = None,
+def trials(settings: Any, limit: Optional[Count] = 50, run_id: Optional[str] = None,
            verdict: Optional[str] = None) -> dict[str, Any]:
     from tuner.search.store import TrialStore
 

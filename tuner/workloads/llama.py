@@ -120,6 +120,14 @@ class Runtime(RuntimeSettings):
 # -- the op layer: dispatch or plain torch -----------------------------------------------------
 
 
+#: what a mixed search may change in the Llama workload (Runtime's fields, a few values each)
+RUNTIME_DIMS: dict[str, list[Any]] = {
+    "cuda_graphs": [True, False],
+    "fuse_projections": [False, True],
+    "attn_impl": ["sdpa", "split_kv"],
+}
+
+
 def load_dispatch() -> Any:
     """kernelsearch.dispatch, or None while it does not exist (thin guard, see the issue)."""
     try:
@@ -776,6 +784,7 @@ class LlamaWorkload(HolisticWorkload):
 
     name = "llama"
     Runtime = Runtime
+    RUNTIME_DIMS = RUNTIME_DIMS
     Config: Any = LlamaConfig
     Model: Any = Llama
     CPU_GRID = GridDefaults(contexts=(16, 64), decode_batch=2, decode_steps=5)
