@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-SECRET_WORDS = ("password", "passwd", "secret", "token", "key", "credential", "auth")
+SECRET_WORDS = ("pass", "secret", "token", "key", "cred", "auth")
 
 
 def loc(err: Mapping[str, Any], top: str = "(top level)") -> str:
@@ -14,7 +14,7 @@ def loc(err: Mapping[str, Any], top: str = "(top level)") -> str:
 
 def first_error(e: Any, *, unknown: str = "unknown field", show_value: bool = False,
                 top: str = "(top level)", names: Optional[Mapping[str, str]] = None,
-                label: str = "field") -> str:
+                label: str = "field", more: bool = True) -> str:
     """`field a.b: message[ (got v)][ (and N more)]` for the first error of `e`.
 
     `names` maps a top-level field to the name the user typed it as (a CLI flag); `top` names
@@ -34,5 +34,5 @@ def first_error(e: Any, *, unknown: str = "unknown field", show_value: bool = Fa
         if not any(w in name for w in SECRET_WORDS) and not isinstance(value, (dict, list)):
             shown = repr(value)
             got = f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
-    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    return f"{label} {field}: {msg}{got}{more}" if field else f"{msg}{more}"
+    tail = f" (and {len(errs) - 1} more)" if more and len(errs) > 1 else ""
+    return f"{label} {field}: {msg}{got}{tail}" if field else f"{msg}{tail}"

@@ -77,7 +77,7 @@ def _knobs(settings: Any) -> dict[str, Any]:
     return discover(settings.host())
 
 
-@operation("status")
+@operation("status", reads=True)
 def status(settings: Any, incidents: Count = 10) -> dict[str, Any]:
     """baseline, current, pending (None when nothing is pending), incidents."""
     from safety.recovery import status as st

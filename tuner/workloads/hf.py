@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, RuntimeSettings, SizeGrid,
                                       _sync, auto_device, size_grid, time_sizes)
 from tuner.workloads.holistic import _Timer
-from tuner.workloads.llama import default_tolerance, rel_err
+from tuner.workloads.llama_runners import default_tolerance, rel_err
 
 # Small dicts, as a config.json holds them (AutoConfig.for_model); `layers=N` overrides the depth.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -399,7 +399,7 @@ class HFWorkload(HolisticWorkload):
                  max_prefill_ctx: Optional[int] = 32768,
                  parsed: Optional[tuple[str, dict[str, Any]]] = None):
         """`parsed`: `parse_spec(spec)` where the caller has it already (the factory)."""
-        from tuner.workloads.llama import load_dispatch
+        from tuner.workloads.llama_ops import load_dispatch
 
         dev = device or auto_device()
         self.name = spec if spec.startswith("hf:") else f"hf:{spec}"

@@ -26,9 +26,10 @@ from datetime import timedelta
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tuner.workloads.collectives import RUNTIME_KEYS, Collectives
-from tuner.workloads.holistic import GridDefaults, size_grid
-from tuner.workloads.llama import (Bench, Llama, LlamaConfig, Ops, Runtime, SizeGrid,
-                                   default_tolerance, load_dispatch, rel_err)
+from tuner.workloads.holistic import GridDefaults, SizeGrid, size_grid
+from tuner.workloads.llama import Llama, LlamaConfig, Runtime
+from tuner.workloads.llama_ops import Ops, load_dispatch
+from tuner.workloads.llama_runners import Bench, default_tolerance, rel_err
 from tuner.workloads.ranks import RankError, Ranks
 
 #: what a mixed search may change in this workload: CUDA graphs and the collectives (`p2p` is the
