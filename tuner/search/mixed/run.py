@@ -17,7 +17,6 @@ from tuner.trial import Trial
 from tuner.workloads.base import Tunable
 
 
-
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
                         timeout_s: float) -> Tunable:
     """What `search host` takes, defaulting to `sim-llama` on a sim host (the CPU Llama scaled by
