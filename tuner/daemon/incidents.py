@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 from tuner.daemon import logs
 from tuner.daemon.journal_ref import JournalRef
+from tuner.pids import alive
 
 #: an incident seen again within this many seconds (another monitor, the transaction's own
 #: monitors) is the same event
@@ -239,14 +240,5 @@ class IncidentQueue:
 
 
 def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    """Our own pid counts as alive (a transaction this daemon process holds)."""
+    return pid == os.getpid() or alive(pid)

@@ -21,6 +21,7 @@ from typing import Any
 
 import pynvml
 
+from tuner.pids import alive
 from tuner.sim import model
 from tuner.sim.nvml_clocks import ClocksMixin, nvml_error
 from tuner.sim.skus import Sku, get_sku
@@ -30,16 +31,6 @@ _HANDLE_BASE = 0x6E766D6C0000  # arbitrary non-null "pointer" values
 _EVENTSET_BASE = 0x6576656E0000
 _STICKY_REASONS = (model.SW_POWER_CAP | model.HW_SLOWDOWN | model.HW_THERMAL
                    | model.HW_POWER_BRAKE)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _norm_busid(s: Any) -> str:
@@ -108,7 +99,7 @@ class FakeNVML(ClocksMixin):
     @staticmethod
     def _busy(g: dict[str, Any]) -> bool:
         b = g.get("busy")
-        return bool(b) and _pid_alive(int(b.get("pid", 0)))
+        return bool(b) and alive(int(b.get("pid", 0)))
 
     # -- init / system ------------------------------------------------------------------------
     def nvmlInitWithFlags(self, flags: int) -> None:
@@ -385,7 +376,7 @@ class FakeNVML(ClocksMixin):
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         g = self._gpu(handle)[0]
         u = pynvml.c_nvmlUtilization_t()
-        tenant = any(_pid_alive(int(p["pid"])) for p in g.get("processes") or [])
+        tenant = any(alive(int(p["pid"])) for p in g.get("processes") or [])
         u.gpu, u.memory = (100, 72) if self._busy(g) or tenant else (0, 0)
         return u
 
@@ -396,7 +387,7 @@ class FakeNVML(ClocksMixin):
         if self._busy(g):
             entries.append({"pid": int(g["busy"]["pid"]), "used": 0})
         for e in entries:
-            if not _pid_alive(int(e["pid"])):
+            if not alive(int(e["pid"])):
                 continue
             c = pynvml.c_nvmlProcessInfo_v3_t()
             c.pid = int(e["pid"])
