@@ -190,6 +190,15 @@ def test_the_project_imports_point_downwards_only():
     assert not problems, "\n".join(problems)
 
 
+def test_workloads_do_not_import_the_simulated_host():
+    """The simulated host registers its workloads (tuner/sim/__init__.py); the workloads below
+    it never reach up for them."""
+    graph, where = import_graph()
+    up = [f"{m} -> {d} ({where[(m, d)]})" for m, deps in sorted(graph.items())
+          if m.startswith("tuner.workloads") for d in sorted(deps) if d.startswith("tuner.sim")]
+    assert not up, "\n".join(up)
+
+
 # -- the checker itself finds what it is meant to find -------------------------------------------
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:

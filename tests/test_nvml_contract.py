@@ -11,7 +11,8 @@ import pytest
 
 from tuner.sim.fake_pynvml import FakeNVML
 
-FAKE_FUNCS = sorted(n for n, v in vars(FakeNVML).items() if n.startswith("nvml") and callable(v))
+# its own and its mixins' (tuner/sim/nvml_clocks.py)
+FAKE_FUNCS = sorted(n for n in dir(FakeNVML) if n.startswith("nvml") and callable(getattr(FakeNVML, n)))
 
 
 def _default(v):

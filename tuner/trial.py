@@ -6,6 +6,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, Field
 
+from kernelsearch.harness.verdict import CODES as KERNEL_CODES  # plain data, no torch
+
 Verdict = Literal["kept", "reverted", "rejected", "rolled_back"]
 
 # Stable reason codes. Add new ones here (never rename: stores and dashboards key on them).
@@ -25,12 +27,8 @@ REASONS: dict[str, str] = {
     "malformed": "the proposer's answer could not be parsed into a candidate",
     "duplicate": "already evaluated",
     "quarantined": "caused a fatal incident before; never tried again",
-    "guard_failed": "kernel source broke a static guard rule",
-    "incorrect": "kernel output differs from the reference",
-    "compile_failed": "kernel failed to compile",
-    "crashed": "candidate process crashed",
-    "timeout": "candidate process exceeded its time limit",
-    "too_fast": "faster than the physical floor: a measurement fault",
+    # the kernel judge's rejections, as kernelsearch names them (it does not import tuner)
+    **{code: text for code, text in KERNEL_CODES.items() if code != "accepted"},
     "apply_failed": "the write failed or the read-back disagreed",
     "measure_failed": "the workload failed to produce a metric",
     "workload_broken": "the candidate's run left the device unusable; the search stopped",

@@ -297,4 +297,18 @@ def random_shapes(family: Family, n: int, big: bool = False) -> list:
         elif family.name == "rope":
             out.append((r.randint(1, 300 if big else 4), r.randint(1, 140 if big else 8),
                         2 * r.randint(1, 128 if big else 20)))
+        else:  # a family named nowhere above: from what it declares, so none goes unchecked
+            out.append(declared_random_shape(family, r, big))
     return out
+
+
+def declared_random_shape(family: Family, r: random.Random, big: bool) -> tuple:
+    """A shape drawn from the family's own declarations: every range dim anywhere from 1 to
+    the largest it searches (the tiny shapes on the CPU), the exact (model) dims as one of its
+    shapes has them, made valid by its `fit`."""
+    shapes = list(family.search_shapes if big else family.tiny_shapes) or list(family.tiny_shapes)
+    base = r.choice(shapes)
+    top = {d: max(int(s[i]) for s in shapes) for i, d in enumerate(family.shape_dims)}
+    shape = tuple(r.randint(1, max(1, top[d])) if d in family.range_dims else int(base[i])
+                  for i, d in enumerate(family.shape_dims))
+    return tuple(family.fit(shape)) if family.fit is not None else shape

@@ -171,7 +171,7 @@ def test_a_rollback_deferred_by_a_busy_writer_is_retried_until_done(tmp_path, si
     assert power_limit_w(sim_host) == 700
     inc = [i for i in incidents(tmp_path / "state") if i["xid"] == 79]
     assert len(inc) == 1 and (inc[0]["action"] or "").startswith("rolled back to baseline"), inc
-    assert not d._pending_rollbacks
+    assert not d.incidents.pending
 
 
 def test_a_queued_rollback_survives_a_restart(tmp_path, sim_host, daemon_in_process):
@@ -227,10 +227,10 @@ def test_an_incident_the_full_journal_cannot_take_is_kept_and_handled_once_it_ca
         inject(sim_host, "xid", ["79"])
         d._health_tick()
         d._health_tick()
-        assert d._unrecorded and power_limit_w(sim_host) == 600  # kept; nothing written unjournalled
+        assert d.incidents.unrecorded and power_limit_w(sim_host) == 600  # kept; nothing written unjournalled
         os.unlink(state / "filler")
         d._health_tick()
-        assert power_limit_w(sim_host) == 700 and not d._unrecorded
+        assert power_limit_w(sim_host) == 700 and not d.incidents.unrecorded
         xid = [i for i in incidents(state) if i["xid"] == 79]
         assert len(xid) == 1 and (xid[0]["action"] or "").startswith("rolled back to baseline"), xid
     finally:

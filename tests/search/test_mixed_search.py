@@ -255,7 +255,7 @@ def test_every_proposer_asks_in_the_joint_space(tmp_path):
 
 def test_mixed_search_is_an_operation_the_daemon_runs_in_a_child():
     from tuner import ops
-    from tuner.daemon.service import SEARCH_OPS
+    from tuner.daemon.searches import SEARCH_OPS
 
     assert "search_mixed" in ops.names() and "search_mixed" in SEARCH_OPS
 

@@ -109,14 +109,14 @@ def test_tuned_path_runs_the_mla_kernels_and_matches_the_plain_path():
 
 
 def test_search_mixed_sees_the_workload_and_its_mla_slot():
-    from tuner.search.mixed.run import _llama_of
     from tuner.search.mixed.space import trace_kernel_calls
     from tuner.workloads.factory import make_workload
-    from tuner.workloads.base import Workload
+    from tuner.workloads.base import Tunable, Workload
 
     wl = make_workload(type("H", (), {"backend": "local"})(), "deepseek", None, 60)
     assert isinstance(wl, DeepSeekWorkload) and isinstance(wl, Workload)
-    assert _llama_of(wl) is wl  # runtime dims and kernel slots, as for the Llama workload
+    # runtime dims and kernel slots, as for the Llama workload
+    assert isinstance(wl, Tunable) and wl.runtime_dims() == DeepSeekWorkload.RUNTIME_DIMS
     calls = trace_kernel_calls(wl)
     mla = [k for k in calls if k[0] == "mla_decode"]
     # one slot per context: (B, H, capacity, page, R) in the model's dtype

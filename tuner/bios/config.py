@@ -89,8 +89,9 @@ def load(host: Any) -> Optional[BmcConfig]:
     try:
         cfg = BmcConfig.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]  # the message only: never the value (hide_input_in_errors)
-        raise BadInput(f"{p}: field {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        from tuner.validation import first_error
+
+        raise BadInput(f"{p}: {first_error(e, more=False)}") from None  # never the value
     if cfg.method == "redfish" and not cfg.url:
         raise BadInput(f"{p}: field url: required for method redfish")
     return cfg

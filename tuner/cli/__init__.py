@@ -57,8 +57,10 @@ _register_all()
 def main(argv: list[str] | None = None) -> int:
     """Entry point: maps every error a user can cause to its exit code and one line on stderr."""
     from safety.errors import SafetyError
+    from tuner.cli.common import refresh_help
 
     try:
+        refresh_help()
         rc = app(args=argv, prog_name="metaltune", standalone_mode=False)
         if isinstance(rc, int) and rc:  # typer returns typer.Exit(n)'s code in this mode
             return rc

@@ -2,7 +2,8 @@
 operation through the daemon when one is running, else in this process."""
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from typing import Any, Callable
 
 import typer
 
@@ -37,3 +38,18 @@ def invoke(settings: Settings, name: str, **kwargs: Any) -> dict[str, Any]:
 
         where = f"{e.filename}: " if e.filename else ""
         raise OperationFailed(f"{name}: {where}{e.strerror or e}") from None
+
+
+#: (command function, parameter, text): help made from a registry when the command line is built
+_LIVE_HELP: list[tuple[Callable[..., Any], str, Callable[[], str]]] = []
+
+
+def live_help(fn: Callable[..., Any], param: str, text: Callable[[], str]) -> None:
+    """`param`'s help is `text()` as the registry is when the command line is built, so a
+    family, workload or proposer registered later is listed without editing the help."""
+    _LIVE_HELP.append((fn, param, text))
+
+
+def refresh_help() -> None:
+    for fn, param, text in _LIVE_HELP:
+        inspect.signature(fn).parameters[param].default.help = text()

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from tuner.cli.common import settings
+from tuner.cli.common import live_help, settings
 from tuner.cli.numbers import finite
 from tuner.errors import BadInput
 
@@ -197,16 +197,15 @@ def search_kernel_cmd(
     (`metaltune kernel list`) and goes into the table as `src:<sha256>` where it beats the
     incumbent beyond the noise."""
     _family(family)
-    from tuner.proposers import names
+    from tuner.search.options import KernelSearchOptions
 
-    if proposer not in names():
-        raise BadInput(f"--proposer: expected one of random, grid, coordinate, optuna, llm; got "
-                       f"{proposer!r}")
-    llm_only = {"--incumbent": incumbent, "--idea": idea, "--max-tokens": max_tokens,
-                "--max-usd": max_usd, "--stop-after": stop_after, "--model": model,
-                "--gpu": gpu, "--model-context": model_context, "--diagnosis": diagnosis}
-    if proposer != "llm" and (given := [k for k, v in llm_only.items() if v]):
-        raise BadInput(f"{given[0]}: only for --proposer llm")
+    # the operation's own model (the socket's and the daemon child's): names, ranges, llm-only
+    KernelSearchOptions.parse("search kernel", {k: v for k, v in {
+        "family": family, "budget": budget, "proposer": proposer, "seed": seed,
+        "timeout_s": timeout_s, "incumbent_table": str(incumbent) if incumbent else None,
+        "ideas": idea, "max_tokens": max_tokens, "max_usd": max_usd, "stop_after": stop_after,
+        "model": model, "gpu": gpu, "models": model_context,
+        "diagnosis": {} if diagnosis else None}.items() if v is not None})
     if incumbent is not None and not incumbent.is_file():
         raise BadInput(f"--incumbent {incumbent}: no such file")
     dev = _device(device)
@@ -410,3 +409,20 @@ def register(app: typer.Typer) -> None:
     from tuner.cli.search_cmd import search_app
 
     search_app.command("kernel")(search_kernel_cmd)
+    for cmd in (check_cmd, search_kernel_cmd):  # every family kernelsearch has, as it has them
+        live_help(cmd, "family", _families)
+    live_help(search_kernel_cmd, "proposer",
+              lambda: "|".join(_proposer_names())
+              + " (llm writes kernel sources)")
+
+
+def _proposer_names() -> list[str]:
+    from tuner.proposers import names
+
+    return names()
+
+
+def _families() -> str:
+    from kernelsearch.families import NAMES
+
+    return "|".join(NAMES)

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from tuner.cli.common import invoke, settings
+from tuner.cli.common import invoke, live_help, settings
 from tuner.cli.numbers import finite
 
 search_app = typer.Typer(help="Run a verified search.", no_args_is_help=True)
@@ -88,5 +88,23 @@ def search_mixed_cmd(
     con.print(f"dispatch table ({res['table_entries']} entries) -> {res['table']}")
 
 
+def _workloads(default: str) -> str:
+    from tuner.sim import register_workloads
+    from tuner.workloads import factory
+
+    register_workloads()
+    return f"{factory.usage(default)} (default on a sim host: {default}, else llama)"
+
+
+def _proposers() -> str:
+    from tuner import proposers
+
+    return "|".join(proposers.names())
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(search_app, name="search")
+    live_help(search_host_cmd, "workload", lambda: _workloads("sim"))
+    live_help(search_mixed_cmd, "workload", lambda: _workloads("sim-llama"))
+    live_help(search_host_cmd, "proposer", _proposers)
+    live_help(search_mixed_cmd, "proposer", _proposers)

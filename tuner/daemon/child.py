@@ -23,7 +23,10 @@ def main(argv: list[str]) -> int:
     settings = Settings(state_dir=Path(os.environ.get("METALTUNE_STATE_DIR", "/var/lib/metaltune")),
                         backend=os.environ.get("METALTUNE_BACKEND"), sim_root=Path(sim) if sim else None)
     try:
-        res = ops.get(op)(settings, **args)
+        from tuner.ops.args import validate
+
+        fn = ops.get(op)
+        res = fn(settings, **validate(op, fn, args))
         out, code = res, 0
     except KeyboardInterrupt:
         out, code = {"ok": False, "error": "stopped", "exit_code": 1}, 1

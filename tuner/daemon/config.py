@@ -135,13 +135,7 @@ def load(path: Path, missing_ok: bool = False) -> DaemonConfig:
 
 
 def _first_error(e: ValidationError) -> str:
-    errs = e.errors()
-    err = errs[0]
-    field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown setting (check the spelling; see `metaltune install` for the template)"
-    extra = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-    got = err.get("input")
-    shown = "" if err["type"] in ("extra_forbidden", "missing") or isinstance(got, dict) else f"; got {got!r}"
-    return f"field {field}: {msg}{shown}{extra}"
+    from tuner.validation import first_error
+
+    return first_error(e, show_value=True, unknown="unknown setting (check the spelling; see "
+                                                   "`metaltune install` for the template)")

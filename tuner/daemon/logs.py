@@ -104,3 +104,23 @@ class _Handler(logging.Handler):
         except Exception:
             msg = str(record.msg)
         log("log", level if level in _PRIO else "info", logger=record.name, msg=msg)
+
+
+def summary(res: Any) -> dict[str, Any]:
+    """The greppable essentials of an operation's result (no big blobs in the log)."""
+    if not isinstance(res, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for k in ("ok", "txn", "transaction", "state", "reason", "result", "applied", "changes", "restored",
+              "confirmed", "run_id", "best", "gain", "trials", "mismatches", "error"):
+        v = res.get(k)
+        if v is None:
+            continue
+        if isinstance(v, list) and len(v) > 20:
+            v = f"{len(v)} items"
+        elif isinstance(v, dict) and len(json.dumps(v, default=str)) > 400:
+            v = f"{len(v)} entries"
+        out[k if k not in ("state",) else "result_state"] = v
+    if "recovered" in res and isinstance(res["recovered"], list):
+        out["recovered"] = len(res["recovered"])
+    return out

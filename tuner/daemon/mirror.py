@@ -27,6 +27,7 @@ class JournalMirror:
         self._seen_incident = 0  # highest incident id already reported
         self._seen_txns: dict[int, str] = {}  # txn id -> state already reported
         self._version: dict[int, tuple[int, int]] = {}  # per thread: (data_version, total_changes)
+        self._journal: Any = None  # the Journal object those refer to
         self._mu = threading.Lock()
 
     def tail(self, report: bool = True) -> None:
@@ -39,6 +40,9 @@ class JournalMirror:
         metrics = self.metrics_fn()
         try:
             journal = self.journal_fn()
+            if journal is not self._journal:  # reopened (a reset made a new file): ids restart
+                self._journal, self._seen_incident = journal, 0
+                self._seen_txns, self._version = {}, {}
             # nothing committed by another connection since the last look: nothing to report
             ver = journal.data_version()  # this thread's connection: its own commits count too
             if report and ver == self._version.get(threading.get_ident()):

@@ -1,6 +1,8 @@
-"""A search run by the daemon: a child process (`python -m tuner.daemon.child OP ARGS`) in its own
-session, its output in a file under the state dir (never a pipe nobody drains), its result the
-last JSON line. Plus the persisted time of the last scheduled start (survives restarts)."""
+"""Searches run by the daemon: `SearchChild`, a child process (`python -m tuner.daemon.child OP
+ARGS`) in its own session, its output in a file under the state dir (never a pipe nobody
+drains), its result the last JSON line; `SearchRunner`, the one search the daemon may have at a
+time (asked for on the socket or due by the schedule), which holds the host's writer lock while
+it runs. Plus the persisted time of the last scheduled start (survives restarts)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +12,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from tuner.daemon import logs, schedule
 from tuner.daemon.client import NO_DAEMON_ENV
+from tuner.errors import MetaltuneError, OperationFailed
+
+#: searches never run inside the daemon: a child process gets the writer lock for the run
+SEARCH_OPS = frozenset({"search_host", "search_kernel", "search_mixed"})
 
 
 class SearchChild:
@@ -71,6 +78,126 @@ class SearchChild:
     def info(self) -> dict[str, Any]:
         return {"op": self.op, "args": self.args, "why": self.why, "started": self.started,
                 "pid": self.proc.pid}
+
+
+class SearchRunner:
+    """The daemon's search: started in a child that takes the host's writer lock over from the
+    daemon for the run, finished by taking it back and recovering what the child left
+    unconfirmed. `writer` serialises it with the daemon's other writes."""
+
+    def __init__(self, writer: Any, config: Callable[[], Any], hand_over: Callable[[], None],
+                 take_back: Callable[[float], None], recover: Callable[[], Any],
+                 idle: Any, metrics: Callable[[], Any], changed: Callable[[], None]):
+        self.writer, self.config = writer, config
+        self.hand_over, self.take_back, self.recover = hand_over, take_back, recover
+        self.idle, self.metrics, self.changed = idle, metrics, changed
+        self.child: Optional[SearchChild] = None
+        self.info: dict[str, Any] = {}
+
+    @property
+    def running(self) -> bool:
+        return self.child is not None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.child.pid if self.child is not None else None
+
+    def request(self, op: str, args: dict[str, Any], wait_s: float) -> dict[str, Any]:
+        """A search asked for through the socket (its arguments already checked by its
+        options model): run it now in a child and answer its result."""
+        child = self.start(op, args, why="operator request", wait_s=wait_s)
+        child.wait()
+        return self.finish(child)
+
+    def tick(self) -> None:
+        """Stop a search past its time; start the scheduled one when it is due."""
+        cfg = self.config()
+        if self.child is not None:
+            if time.time() - self.child.started > cfg.search.timeout_s:
+                self.stop("search.timeout_s reached")
+            return
+        due, _ = schedule.search_due(cfg.search, self.idle, last_started(cfg.state_dir))
+        if not due:
+            return
+        sc = cfg.search
+        args: dict[str, Any] = {"budget": sc.budget, "proposer": sc.proposer}
+        if sc.family:
+            args["family"] = sc.family
+        if cfg.policy:
+            args["policy"] = str(cfg.policy)
+        try:
+            self.start(f"search_{sc.kind}", args, why="schedule", wait_s=0.0)
+        except MetaltuneError as e:
+            logs.log("search.skipped", level="warning", reason=str(e))
+
+    def start(self, op: str, args: dict[str, Any], why: str, wait_s: float) -> SearchChild:
+        if not self.writer.acquire(timeout=wait_s):
+            raise OperationFailed("busy: another write is in progress; try again")
+        try:
+            if self.child is not None:
+                raise OperationFailed(f"a search is already running (pid {self.child.pid})")
+            state_dir = self.config().state_dir
+            self.hand_over()  # the host's writer lock to the child: never two writers
+            try:
+                child = SearchChild(op, args, why, state_dir)
+            except OSError as e:
+                self.take_back(60.0)
+                raise OperationFailed(f"cannot start the search: {e}") from None
+            self.child, self.info = child, child.info()
+            record_started(state_dir, child.started)
+            self._gauge(1)
+            logs.log("search.started", pid=child.pid, op=op, why=why, args=brief(args))
+            self.changed()
+            return child
+        finally:
+            self.writer.release()
+
+    def reap(self) -> None:
+        c = self.child
+        if c is None or not c.done() or c.why == "operator request":
+            return  # a requested search is finished by the thread that waits for it
+        self.finish(c)
+
+    def finish(self, child: SearchChild) -> dict[str, Any]:
+        with self.writer:
+            if self.child is not child:
+                return self.info.get("result", {})
+            code = child.wait()
+            self.child = None
+            self._gauge(0)
+            res = child.result()
+            # take the writer lock back (a watchdog finishing the child's rollback may hold it
+            # briefly), then undo anything the child left unconfirmed
+            self.take_back(60.0)
+            rec = self.recover()
+            n = len((rec or {}).get("recovered", []) or [])
+            self.info.update(result=res, exit_code=code, finished=time.time())
+            logs.log("search.finished", level="info" if code == 0 else "warning",
+                     pid=child.pid, exit_code=code, recovered=n, **logs.summary(res or {}))
+            self.changed()
+            if code != 0 and res is not None and res.get("ok") is False:
+                e = OperationFailed(res.get("error", "search failed"))
+                e.exit_code = int(res.get("exit_code", 1))
+                raise e
+            return res or {"exit_code": code}
+
+    def stop(self, why: str) -> bool:
+        c = self.child
+        if c is None:
+            return False
+        logs.log("search.stop", pid=c.pid, reason=why)
+        c.stop()
+        self.reap()
+        return True
+
+    def _gauge(self, v: int) -> None:
+        m = self.metrics()
+        if m is not None:
+            m.search.set(v)
+
+
+def brief(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if len(json.dumps(v, default=str)) < 200 else "...") for k, v in args.items()}
 
 
 def last_started(state_dir: Path) -> Optional[float]:

@@ -279,9 +279,9 @@ def _parse(line: bytes) -> Request:
     try:
         return Request.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "request"
-        raise BadInput(f"request: field {field}: {err['msg']}") from None
+        from tuner.validation import first_error
+
+        raise BadInput(f"request: {first_error(e, top='request', more=False)}") from None
 
 
 def _busy(conn: socket.socket) -> None:

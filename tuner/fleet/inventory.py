@@ -110,22 +110,6 @@ class Inventory:
         return [h for n, h in self.hosts.items() if n in want]
 
 
-_SECRET_WORDS = ("pass", "secret", "token", "key", "cred", "auth")
-
-
-def _got(err: dict[str, Any]) -> str:
-    """The offending value, unless it may be a secret: an unknown field (`password: ...` where
-    no such field exists) or a field whose name says so."""
-    name = str(err.get("loc", ("",))[-1]).lower()
-    if err.get("type") == "extra_forbidden" or any(w in name for w in _SECRET_WORDS):
-        return ""
-    return f" (got {err.get('input')!r})"
-
-
-def _loc(err: dict[str, Any]) -> str:
-    return ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-
-
 def load(path: Path) -> Inventory:
     from safety.inputs import load_yaml
 
@@ -137,10 +121,9 @@ def load(path: Path) -> Inventory:
     try:
         inv = InventoryFile.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        more = f" (and {len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
-        raise BadInput(f"inventory {path}: field {_loc(err)}: {err['msg']}"
-                       f"{_got(err)}{more}") from None
+        from tuner.validation import first_error
+
+        raise BadInput(f"inventory {path}: {first_error(e, show_value=True)}") from None
     d = inv.defaults
     hosts: dict[str, Host] = {}
     groups: dict[str, list[str]] = {g: list(m) for g, m in inv.groups.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from tuner.ops.registry import OPS, OpFunc
+from tuner.ops.registry import OPS, READS, OpFunc
 
 #: modules that register operations on import (kept lazy: importing them must stay cheap)
 OP_MODULES = ["tuner.ops.safety", "tuner.ops.profile", "tuner.ops.trials", "tuner.ops.search"]
@@ -30,3 +30,9 @@ def get(name: str) -> OpFunc:
 def names() -> list[str]:
     _load()
     return sorted(OPS)
+
+
+def reads() -> frozenset[str]:
+    """The operations that only read (registered with `reads=True`)."""
+    _load()
+    return frozenset(READS)

@@ -6,20 +6,32 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
+
+from pydantic import Field
 
 from tuner.errors import BadInput
+
+#: how many records a read returns (0: none); bounded so a count never overflows SQLite's int
+Count = Annotated[int, Field(ge=0, le=1_000_000)]
+#: a wait, in seconds
+Seconds = Annotated[float, Field(gt=0, le=86400)]
 
 
 @functools.lru_cache(maxsize=None)
 def model_for(fn: Callable[..., Any]) -> Any:
     """A pydantic model of fn's keyword arguments (its first parameter, the settings, left out).
-    Unknown arguments are refused unless fn takes **kwargs; floats must be finite."""
+    Unknown arguments are refused unless fn takes **kwargs; floats must be finite. An operation
+    registered with `options=` (the searches) is checked by that model instead."""
     from pydantic import ConfigDict, create_model
+
+    declared = getattr(fn, "options", None)
+    if declared is not None:
+        return declared
 
     sig = inspect.signature(fn)
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)  # Field bounds in Annotated
     except Exception:  # an annotation that does not resolve: check presence only
         hints = {}
     params = list(sig.parameters.values())[1:]
@@ -40,14 +52,17 @@ def validate(op: str, fn: Callable[..., Any], args: dict[str, Any]) -> dict[str,
     expected (values are not echoed: an argument may hold a secret)."""
     from pydantic import ValidationError
 
+    from tuner.validation import first_error
+
     model = model_for(fn)
+    if not isinstance(args, dict):
+        raise BadInput(f"{op}: arguments: expected an object of named arguments")
     try:
         m = model.model_validate(args)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "args"
-        msg = "unknown argument" if err["type"] == "extra_forbidden" else err["msg"]
-        raise BadInput(f"{op}: argument {field}: {msg}") from None
+        names = getattr(model, "FLAGS", None)
+        raise BadInput(f"{op}: " + first_error(e, unknown="unknown argument", top="", names=names,
+                                               label="argument")) from None
     out = {k: getattr(m, k) for k in model.model_fields if k in args}
     out.update({k: v for k, v in args.items() if k not in model.model_fields})  # **kwargs
     return out

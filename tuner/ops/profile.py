@@ -117,7 +117,7 @@ def _hw_brief(hw: Any) -> dict[str, Any]:
             "evidence": hw.virtualization.evidence}
 
 
-@operation("verify")
+@operation("verify", reads=True)
 def verify(settings: Any, profile: str) -> dict[str, Any]:
     from tuner import profiles
 
@@ -260,7 +260,7 @@ def _monitors(host: Any, knobs: dict[str, Any]) -> list[Any]:
         return []
 
 
-@operation("profile_list")
+@operation("profile_list", reads=True)
 def profile_list(settings: Any, match: bool = True) -> dict[str, Any]:
     from tuner import profiles
 
@@ -287,14 +287,14 @@ def profile_list(settings: Any, match: bool = True) -> dict[str, Any]:
     return {"profiles": items, "host": _hw_brief(hw) if hw is not None else None}
 
 
-@operation("profile_show")
+@operation("profile_show", reads=True)
 def profile_show(settings: Any, profile: str) -> dict[str, Any]:
     prof = _load(settings, profile)
     d = prof.model_dump(mode="json")
     return d
 
 
-@operation("profile_diff")
+@operation("profile_diff", reads=True)
 def profile_diff(settings: Any, a: str, b: Optional[str] = None) -> dict[str, Any]:
     """Knob-by-knob difference between two profiles (after includes), or between a profile
     and what this host has now when `b` is omitted."""
@@ -325,7 +325,7 @@ def profile_diff(settings: Any, a: str, b: Optional[str] = None) -> dict[str, An
     return {"a": pa.name, "b": bname, "differences": rows, "same": not rows}
 
 
-@operation("profile_export")
+@operation("profile_export", reads=True)
 def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool = False,
                    new_name: Optional[str] = None, kernels: Optional[str] = None) -> dict[str, Any]:
     """A self-contained YAML profile: a profile with its includes flattened, or (from_host) the

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from tuner.errors import BadInput, OperationFailed
+from tuner.ops.args import Count, Seconds
 from tuner.ops.registry import operation
 
 
@@ -78,8 +79,8 @@ def _knobs(settings: Any) -> dict[str, Any]:
     return discover(settings.host(), state_dir=settings.state_dir)
 
 
-@operation("status")
-def status(settings: Any, incidents: int = 10, **_: Any) -> dict[str, Any]:
+@operation("status", reads=True)
+def status(settings: Any, incidents: Count = 10) -> dict[str, Any]:
     """baseline, current, pending (None when nothing is pending), incidents."""
     from safety.recovery import status as st
 
@@ -93,7 +94,7 @@ def status(settings: Any, incidents: int = 10, **_: Any) -> dict[str, Any]:
 
 
 @operation("confirm")
-def confirm(settings: Any, **_: Any) -> dict[str, Any]:
+def confirm(settings: Any) -> dict[str, Any]:
     from safety.recovery import confirm_pending
 
     j = journal_for(settings, create=False)
@@ -104,7 +105,7 @@ def confirm(settings: Any, **_: Any) -> dict[str, Any]:
 
 
 @operation("rollback")
-def rollback(settings: Any, lock_timeout: float = 30.0, **_: Any) -> dict[str, Any]:
+def rollback(settings: Any, lock_timeout: Seconds = 30.0) -> dict[str, Any]:
     """Undo anything unconfirmed, then return every changed knob to its baseline."""
     from safety.recovery import rollback_to_baseline
 
@@ -120,8 +121,7 @@ def rollback(settings: Any, lock_timeout: float = 30.0, **_: Any) -> dict[str, A
 
 
 @operation("recover")
-def recover(settings: Any, lock_timeout: float = 30.0, from_defaults: bool = False,
-            **_: Any) -> dict[str, Any]:
+def recover(settings: Any, lock_timeout: Seconds = 30.0, from_defaults: bool = False) -> dict[str, Any]:
     """Roll back every change never confirmed (after a crash; the daemon runs it at start).
     `from_defaults`: put every knob metaltune knew back to its driver default instead (the way
     out of a damaged journal)."""
@@ -151,8 +151,7 @@ def recover(settings: Any, lock_timeout: float = 30.0, from_defaults: bool = Fal
 
 
 @operation("baseline")
-def baseline(settings: Any, accept_current: bool = False, lock_timeout: float = 30.0,
-             **_: Any) -> dict[str, Any]:
+def baseline(settings: Any, accept_current: bool = False, lock_timeout: Seconds = 30.0) -> dict[str, Any]:
     """`accept_current`: the values in force now become the baseline (no knob is written)."""
     from safety.recovery import accept_current as accept
 

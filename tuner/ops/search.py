@@ -1,39 +1,50 @@
 """Search operations: "search_host", "search_kernel", "search_mixed" (the daemon runs each in a
-child process)."""
+child process). Each is checked by its options model (tuner.search.options) wherever it
+arrives from: the CLI, the socket, the daemon's search child."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tuner.ops.registry import operation
+from tuner.search.options import HostSearchOptions, KernelSearchOptions, MixedSearchOptions
 
 
-@operation("search_host")
+@operation("search_host", options=HostSearchOptions)
 def search_host(settings: Any, **kw: Any) -> dict[str, Any]:
     from tuner.search.host.run import run_host_search
 
-    return run_host_search(settings, **kw)
+    return run_host_search(settings, HostSearchOptions.parse("search_host", kw))
 
 
-@operation("search_kernel")
+@operation("search_kernel", options=KernelSearchOptions)
 def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
-    """Kernel search (tuner/search/kernel.py); kw as run_kernel_search (family, budget, ...).
-    proposer "llm": the loop for kernel sources (tuner/search/sources.py, kw as
-    run_source_search)."""
-    from pathlib import Path
-
-    if kw.get("proposer") == "llm":
+    """Kernel search (tuner/search/kernel.py); proposer "llm": the loop for kernel sources
+    (tuner/search/sources.py)."""
+    o = KernelSearchOptions.parse("search_kernel", kw)
+    state = Path(settings.state_dir)
+    shapes = [tuple(s) for s in o.shapes] if o.shapes else None
+    table = Path(o.table_out) if o.table_out else None
+    if o.proposer == "llm":
         from tuner.search.sources import run_source_search
 
-        kw = {k: v for k, v in kw.items() if k not in ("proposer", "seed", "isolate")}
-        return run_source_search(Path(settings.state_dir), **kw)
+        return run_source_search(
+            state, o.family, budget=o.budget, device=o.device, shapes=shapes,
+            incumbent_table=Path(o.incumbent_table) if o.incumbent_table else None,
+            table_out=table, ideas=o.ideas, max_tokens=o.max_tokens, max_usd=o.max_usd,
+            stop_after=o.stop_after, gpu=o.gpu, diagnosis=o.diagnosis, timeout_s=o.timeout_s,
+            **({"models": tuple(o.models)} if o.models else {}),
+            **({"model": o.model} if o.model else {}))
     from tuner.search.kernel import run_kernel_search
 
-    return run_kernel_search(Path(settings.state_dir), **kw)
+    return run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
+                             device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
+                             timeout_s=o.timeout_s)
 
 
-@operation("search_mixed")
+@operation("search_mixed", options=MixedSearchOptions)
 def search_mixed(settings: Any, **kw: Any) -> dict[str, Any]:
     """Host, runtime and kernel candidates in one search (tuner/search/mixed/run.py)."""
     from tuner.search.mixed.run import run_mixed_search
 
-    return run_mixed_search(settings, **kw)
+    return run_mixed_search(settings, MixedSearchOptions.parse("search_mixed", kw))

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from tuner.ops.args import Count
 from tuner.ops.registry import operation
 
 
-@operation("trials")
-def trials(settings: Any, limit: Optional[int] = 50, run_id: Optional[str] = None,
+@operation("trials", reads=True)
+def trials(settings: Any, limit: Optional[Count] = 50, run_id: Optional[str] = None,
            verdict: Optional[str] = None) -> dict[str, Any]:
     from tuner.search.store import TrialStore
 
@@ -20,7 +21,7 @@ def trials(settings: Any, limit: Optional[int] = 50, run_id: Optional[str] = Non
                 "trials": [t.model_dump(mode="json") for t in ts]}
 
 
-@operation("trial_stats")
+@operation("trial_stats", reads=True)
 def trial_stats(settings: Any, run_id: Optional[str] = None) -> dict[str, Any]:
     """Per proposer: outcome shares, spend per kept change, gain over time (tuner.search.trial_stats).
     Read-only: the caller draws the chart (`trial_stats.chart`), never the daemon."""

@@ -21,7 +21,9 @@ from typing import Any
 
 import pynvml
 
+from tuner.pids import alive
 from tuner.sim import model
+from tuner.sim.nvml_clocks import ClocksMixin, nvml_error
 from tuner.sim.skus import Sku, get_sku
 from tuner.sim.state import SimState
 
@@ -29,20 +31,6 @@ _HANDLE_BASE = 0x6E766D6C0000  # arbitrary non-null "pointer" values
 _EVENTSET_BASE = 0x6576656E0000
 _STICKY_REASONS = (model.SW_POWER_CAP | model.HW_SLOWDOWN | model.HW_THERMAL
                    | model.HW_POWER_BRAKE)
-
-
-def _err(code: int) -> pynvml.NVMLError:
-    return pynvml.NVMLError(code)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 def _norm_busid(s: Any) -> str:
@@ -56,7 +44,7 @@ def _norm_busid(s: Any) -> str:
     return f"{int(parts[0], 16):08x}:{parts[1]}:{parts[2]}"
 
 
-class FakeNVML:
+class FakeNVML(ClocksMixin):
     # the constants and classes callers reach through the module (pynvml.NVML_CLOCK_GRAPHICS, ...)
     def __getattr__(self, name: str) -> Any:
         if name.startswith("nvml") and callable(getattr(pynvml, name, None)):
@@ -76,7 +64,7 @@ class FakeNVML:
     # -- plumbing -----------------------------------------------------------------------------
     def _read(self) -> dict[str, Any]:
         if self._refcount <= 0:
-            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
         return self._state.read()
 
     def _sku(self, st: dict[str, Any]) -> Sku:
@@ -84,11 +72,11 @@ class FakeNVML:
 
     def _index(self, handle: Any, st: dict[str, Any]) -> int:
         if not isinstance(handle, pynvml.c_nvmlDevice_t):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         addr = ctypes.cast(handle, ctypes.c_void_p).value or 0
         i = addr - _HANDLE_BASE
         if not 0 <= i < len(st["gpus"]):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return i
 
     def _gpu(self, handle: Any) -> tuple[dict[str, Any], dict[str, Any], Sku]:
@@ -104,19 +92,19 @@ class FakeNVML:
         st0 = self._read()
         i = self._index(handle, st0)
         if st0.get("vm"):
-            raise _err(pynvml.NVML_ERROR_NO_PERMISSION)
+            raise nvml_error(pynvml.NVML_ERROR_NO_PERMISSION)
         with self._state.edit() as st:
             fn(st["gpus"][i], self._sku(st))
 
     @staticmethod
     def _busy(g: dict[str, Any]) -> bool:
         b = g.get("busy")
-        return bool(b) and _pid_alive(int(b.get("pid", 0)))
+        return bool(b) and alive(int(b.get("pid", 0)))
 
     # -- init / system ------------------------------------------------------------------------
     def nvmlInitWithFlags(self, flags: int) -> None:
         if not os.path.isfile(self._state.file):
-            raise _err(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+            raise nvml_error(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
         self._refcount += 1
         return None
 
@@ -126,7 +114,7 @@ class FakeNVML:
 
     def nvmlShutdown(self) -> None:
         if self._refcount <= 0:
-            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+            raise nvml_error(pynvml.NVML_ERROR_UNINITIALIZED)
         self._refcount -= 1
         return None
 
@@ -149,7 +137,7 @@ class FakeNVML:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         st = self._read()
         if not isinstance(index, int) or not 0 <= index < len(st["gpus"]):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._handle(index)
 
     def nvmlDeviceGetHandleByUUID(self, uuid: Any) -> Any:
@@ -158,7 +146,7 @@ class FakeNVML:
         for g in st["gpus"]:
             if g["uuid"].lower() == u.lower():
                 return self._handle(g["index"])
-        raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetHandleByPciBusId(self, pciBusId: Any) -> Any:
         st = self._read()
@@ -166,7 +154,7 @@ class FakeNVML:
         for g in st["gpus"]:
             if _norm_busid(g["bdf"]) == want:
                 return self._handle(g["index"])
-        raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        raise nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
         return self._gpu(handle)[2].marketing_name
@@ -177,7 +165,7 @@ class FakeNVML:
     def nvmlDeviceGetSerial(self, handle: Any) -> str:
         g, _, sku = self._gpu(handle)
         if not sku.ecc:  # GeForce boards report no serial
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return g["serial"]
 
     def nvmlDeviceGetIndex(self, handle: Any) -> int:
@@ -210,7 +198,7 @@ class FakeNVML:
 
     def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
         if not self._gpu(device)[2].nvlink:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return [0, 0]
 
     def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
@@ -223,7 +211,7 @@ class FakeNVML:
 
     def nvmlDeviceGetAPIRestriction(self, device: Any, apiType: int) -> int:
         self._gpu(device)
-        raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)  # as read on the H200
+        raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # as read on the H200
 
     # -- power --------------------------------------------------------------------------------
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
@@ -241,11 +229,11 @@ class FakeNVML:
 
     def _set_power(self, handle: Any, limit: Any) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
         def f(g: dict[str, Any], sku: Sku) -> None:
             if not sku.power_min_w * 1000 <= limit <= sku.power_max_w * 1000:
-                raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+                raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
             g["power_limit_mw"] = int(limit)
 
         self._write(handle, f)
@@ -259,7 +247,7 @@ class FakeNVML:
         # nvidia-ml-py does not check this call's return code: failures are silent
         try:
             if version != pynvml.nvmlPowerValue_v2 or powerScope != pynvml.NVML_POWER_SCOPE_GPU:
-                raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+                raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
             self._set_power(device, powerLimit)
         except pynvml.NVMLError:
             pass
@@ -271,242 +259,13 @@ class FakeNVML:
             return int(g["last_run"]["power_w"] * 1000)
         return int(sku.idle_power_w * 1000)
 
-    # -- clocks -------------------------------------------------------------------------------
-    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
-        return list(self._gpu(handle)[2].mem_clocks)
-
-    def nvmlDeviceGetSupportedGraphicsClocks(self, handle: Any, memoryClockMHz: int) -> list[int]:
-        sku = self._gpu(handle)[2]
-        if memoryClockMHz not in sku.mem_clocks:
-            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
-        return sku.graphics_clocks()
-
-    def _current_clock(self, g: dict[str, Any], sku: Sku, type: int) -> int:
-        if type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-            if self._busy(g) and g.get("last_run"):
-                return int(g["last_run"]["clock_mhz"])
-            lock = g.get("locked_gr")
-            return int(lock[0]) if lock else sku.gr_min
-        if type == pynvml.NVML_CLOCK_MEM:
-            if self._busy(g) and g.get("last_run"):
-                return int(g["last_run"]["mem_clock_mhz"])
-            lock = g.get("locked_mem")
-            base = int(lock[0]) if lock else int(g.get("app_mem") or sku.mem_top)
-            return base + int(g.get("mem_offset", 0))
-        if type == pynvml.NVML_CLOCK_VIDEO:
-            return sku.video_clock
-        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-
-    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
-        g, _, sku = self._gpu(handle)
-        return self._current_clock(g, sku, type)
-
-    def nvmlDeviceGetMaxClockInfo(self, handle: Any, type: int) -> int:
-        sku = self._gpu(handle)[2]
-        if type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-            return sku.gr_max
-        if type == pynvml.NVML_CLOCK_MEM:
-            return sku.mem_top
-        if type == pynvml.NVML_CLOCK_VIDEO:
-            return sku.video_clock
-        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-
-    def nvmlDeviceGetMaxCustomerBoostClock(self, handle: Any, type: int) -> int:
-        sku = self._gpu(handle)[2]
-        if type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-            return sku.gr_max
-        raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-
-    def nvmlDeviceGetClock(self, handle: Any, type: int, id: int) -> int:
-        g, _, sku = self._gpu(handle)
-        if id == pynvml.NVML_CLOCK_ID_CURRENT:
-            return self._current_clock(g, sku, type)
-        if id == pynvml.NVML_CLOCK_ID_APP_CLOCK_TARGET:
-            return self.nvmlDeviceGetApplicationsClock(handle, type)
-        if id == pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT:
-            return self.nvmlDeviceGetDefaultApplicationsClock(handle, type)
-        if id == pynvml.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
-            return self.nvmlDeviceGetMaxCustomerBoostClock(handle, type)
-        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-
-    def nvmlDeviceSetGpuLockedClocks(self, handle: Any, minGpuClockMHz: int,
-                                     maxGpuClockMHz: int) -> None:
-        def f(g: dict[str, Any], sku: Sku) -> None:
-            lo, hi = int(minGpuClockMHz), int(maxGpuClockMHz)
-            if lo > hi or lo < sku.gr_min or hi > sku.gr_max:
-                raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            # the driver rounds to its 15 MHz clock bins
-            snap = lambda c: sku.gr_min + round((c - sku.gr_min) / sku.gr_step) * sku.gr_step  # noqa: E731
-            g["locked_gr"] = [snap(lo), snap(hi)]
-
-        self._write(handle, f)
-        return None
-
-    def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
-        self._write(handle, lambda g, sku: g.update(locked_gr=None))
-        return None
-
-    def nvmlDeviceSetMemoryLockedClocks(self, handle: Any, minMemClockMHz: int,
-                                        maxMemClockMHz: int) -> None:
-        def f(g: dict[str, Any], sku: Sku) -> None:
-            lo, hi = int(minMemClockMHz), int(maxMemClockMHz)
-            if lo > hi or lo < min(sku.mem_clocks) or hi > sku.mem_top:
-                raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            near = lambda c: min(sku.mem_clocks, key=lambda m: abs(m - c))  # noqa: E731
-            g["locked_mem"] = [near(lo), near(hi)]
-
-        self._write(handle, f)
-        return None
-
-    def nvmlDeviceResetMemoryLockedClocks(self, handle: Any) -> None:
-        self._write(handle, lambda g, sku: g.update(locked_mem=None))
-        return None
-
-    def nvmlDeviceGetApplicationsClock(self, handle: Any, type: int) -> int:
-        g, _, sku = self._gpu(handle)
-        if not sku.app_clocks:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        if type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-            return int(g.get("app_gr") or sku.gr_max)
-        if type == pynvml.NVML_CLOCK_MEM:
-            return int(g.get("app_mem") or sku.mem_top)
-        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-
-    def nvmlDeviceGetDefaultApplicationsClock(self, handle: Any, type: int) -> int:
-        sku = self._gpu(handle)[2]
-        if not sku.app_clocks:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        if type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-            return sku.gr_max
-        if type == pynvml.NVML_CLOCK_MEM:
-            return sku.mem_top
-        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-
-    def nvmlDeviceSetApplicationsClocks(self, handle: Any, maxMemClockMHz: int,
-                                        maxGraphicsClockMHz: int) -> None:
-        def f(g: dict[str, Any], sku: Sku) -> None:
-            if not sku.app_clocks:
-                raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            if maxMemClockMHz not in sku.mem_clocks or (
-                    maxGraphicsClockMHz not in sku.graphics_clocks()):
-                raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            g["app_mem"], g["app_gr"] = int(maxMemClockMHz), int(maxGraphicsClockMHz)
-
-        self._write(handle, f)
-        return None
-
-    def nvmlDeviceResetApplicationsClocks(self, handle: Any) -> None:
-        def f(g: dict[str, Any], sku: Sku) -> None:
-            if not sku.app_clocks:
-                raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            g["app_mem"] = g["app_gr"] = None
-
-        self._write(handle, f)
-        return None
-
-    # -- clock offsets ------------------------------------------------------------------------
-    def _offset_range(self, sku: Sku, kind: str) -> tuple[int, int]:
-        return sku.gpc_offset_range if kind == "gpc" else sku.mem_offset_range
-
-    def _set_offset(self, handle: Any, kind: str, offset: int) -> None:
-        def f(g: dict[str, Any], sku: Sku) -> None:
-            lo, hi = self._offset_range(sku, kind)
-            if (lo, hi) == (0, 0):
-                raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-            if not lo <= int(offset) <= hi:
-                raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            g["gpc_offset" if kind == "gpc" else "mem_offset"] = int(offset)
-
-        self._write(handle, f)
-
-    def nvmlDeviceGetGpcClkVfOffset(self, device: Any) -> int:
-        return int(self._gpu(device)[0].get("gpc_offset", 0))
-
-    def nvmlDeviceGetMemClkVfOffset(self, device: Any) -> int:
-        return int(self._gpu(device)[0].get("mem_offset", 0))
-
-    def _minmax(self, device: Any, kind: str, minOffset: Any, maxOffset: Any) -> Any:
-        lo, hi = self._offset_range(self._gpu(device)[2], kind)
-        if type(minOffset) is not ctypes.c_int or type(maxOffset) is not ctypes.c_int:
-            for ref, v in ((minOffset, lo), (maxOffset, hi)):  # byref()/pointer() outputs
-                obj = getattr(ref, "_obj", None)  # byref(); a c_int(0) is falsy, so test None
-                if obj is None:
-                    obj = getattr(ref, "contents", None)  # pointer()
-                if obj is not None:
-                    obj.value = v
-            return pynvml.NVML_SUCCESS
-        return (lo, hi)
-
-    def nvmlDeviceGetGpcClkMinMaxVfOffset(self, device: Any, minOffset: Any = ctypes.c_int(0),
-                                          maxOffset: Any = ctypes.c_int(0)) -> Any:
-        return self._minmax(device, "gpc", minOffset, maxOffset)
-
-    def nvmlDeviceGetMemClkMinMaxVfOffset(self, device: Any, minOffset: Any = ctypes.c_int(0),
-                                          maxOffset: Any = ctypes.c_int(0)) -> Any:
-        return self._minmax(device, "mem", minOffset, maxOffset)
-
-    def nvmlDeviceSetGpcClkVfOffset(self, device: Any, offset: int) -> int:
-        self._set_offset(device, "gpc", offset)
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceSetMemClkVfOffset(self, device: Any, offset: int) -> int:
-        self._set_offset(device, "mem", offset)
-        return pynvml.NVML_SUCCESS
-
-    @staticmethod
-    def _struct(info: Any) -> Any:
-        """The c_nvmlClockOffset_t behind info, byref(info) or pointer(info)."""
-        if isinstance(info, pynvml.c_nvmlClockOffset_t):
-            return info
-        obj = getattr(info, "_obj", None)
-        if isinstance(obj, pynvml.c_nvmlClockOffset_t):
-            return obj
-        contents = getattr(info, "contents", None)
-        if isinstance(contents, pynvml.c_nvmlClockOffset_t):
-            return contents
-        return None
-
-    def _offset_kind(self, s: Any) -> str | None:
-        if s is None or s.version != pynvml.nvmlClockOffset_v1 or s.pstate != pynvml.NVML_PSTATE_0:
-            return None
-        if s.type in (pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_SM):
-            return "gpc"
-        if s.type == pynvml.NVML_CLOCK_MEM:
-            return "mem"
-        return None
-
-    def nvmlDeviceGetClockOffsets(self, device: Any, info: Any) -> int:
-        # nvidia-ml-py ignores this call's return code: on failure `info` is simply left as it was
-        try:
-            g, _, sku = self._gpu(device)
-        except pynvml.NVMLError:
-            return pynvml.NVML_SUCCESS
-        s = self._struct(info)
-        kind = self._offset_kind(s)
-        if kind is None:
-            return pynvml.NVML_SUCCESS
-        lo, hi = self._offset_range(sku, kind)
-        s.clockOffsetMHz = int(g.get("gpc_offset" if kind == "gpc" else "mem_offset", 0))
-        s.minClockOffsetMHz, s.maxClockOffsetMHz = lo, hi
-        return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceSetClockOffsets(self, device: Any, info: Any) -> int:
-        kind = self._offset_kind(self._struct(info))
-        try:
-            if kind is None:
-                raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-            self._set_offset(device, kind, int(self._struct(info).clockOffsetMHz))
-        except pynvml.NVMLError:
-            pass  # silent, as in nvidia-ml-py
-        return pynvml.NVML_SUCCESS
-
     # -- persistence --------------------------------------------------------------------------
     def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
         return int(self._gpu(handle)[0]["persistence"])
 
     def nvmlDeviceSetPersistenceMode(self, handle: Any, mode: int) -> None:
         if mode not in (pynvml.NVML_FEATURE_DISABLED, pynvml.NVML_FEATURE_ENABLED):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         self._write(handle, lambda g, sku: g.update(persistence=int(mode)))
         return None
 
@@ -514,7 +273,7 @@ class FakeNVML:
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         g, _, sku = self._gpu(handle)
         if sensor != pynvml.NVML_TEMPERATURE_GPU:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         t = float(g["last_run"]["temp_c"]) if g.get("last_run") else float(sku.idle_temp)
         if (g.get("injected") or {}).get("thermal"):
             t = max(t, sku.temp_slowdown + 3)
@@ -527,7 +286,7 @@ class FakeNVML:
                  pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: sku.temp_mem_max,
                  pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: sku.temp_gpu_max}
         if threshold not in table:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return table[threshold]
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
@@ -559,30 +318,30 @@ class FakeNVML:
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
         g = self._gpu(handle)[0]
         if not g["ecc_mode"]:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         kind = {pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED: "corrected",
                 pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED: "uncorrected"}.get(errorType)
         counter = {pynvml.NVML_VOLATILE_ECC: "volatile",
                    pynvml.NVML_AGGREGATE_ECC: "aggregate"}.get(counterType)
         if kind is None or counter is None:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return int(g["ecc"][counter][kind])
 
     def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
         g, _, sku = self._gpu(device)
         if sku.name != "h200":  # row remapping is an HBM data-centre feature (A100 and later)
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         r = g["remapped"]
         return (r["correctable"], r["uncorrectable"], r["pending"], r["failure"])
 
     def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
         g, _, sku = self._gpu(device)
         if sku.name == "h200":  # replaced by row remapping
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         key = {pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: "sbe",
                pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: "dbe"}.get(sourceFilter)
         if key is None:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return [int(p) for p in g["retired_pages"][key]]
 
     # -- PCIe ---------------------------------------------------------------------------------
@@ -617,7 +376,7 @@ class FakeNVML:
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> Any:
         g = self._gpu(handle)[0]
         u = pynvml.c_nvmlUtilization_t()
-        tenant = any(_pid_alive(int(p["pid"])) for p in g.get("processes") or [])
+        tenant = any(alive(int(p["pid"])) for p in g.get("processes") or [])
         u.gpu, u.memory = (100, 72) if self._busy(g) or tenant else (0, 0)
         return u
 
@@ -628,7 +387,7 @@ class FakeNVML:
         if self._busy(g):
             entries.append({"pid": int(g["busy"]["pid"]), "used": 0})
         for e in entries:
-            if not _pid_alive(int(e["pid"])):
+            if not alive(int(e["pid"])):
                 continue
             c = pynvml.c_nvmlProcessInfo_v3_t()
             c.pid = int(e["pid"])
@@ -650,17 +409,17 @@ class FakeNVML:
 
     def _eventset(self, eventSet: Any) -> dict[str, Any]:
         if not isinstance(eventSet, pynvml.c_nvmlEventSet_t):
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         sid = (ctypes.cast(eventSet, ctypes.c_void_p).value or 0) - _EVENTSET_BASE
         if sid not in self._eventsets:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return self._eventsets[sid]
 
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:
         g, st, sku = self._gpu(handle)
         es = self._eventset(eventSet)
         if eventTypes & ~sku.supported_events:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if not es["devices"]:  # events from registration on are delivered
             es["cursor"] = int(st.get("event_seq", 0))
         es["devices"][g["index"]] = es["devices"].get(g["index"], 0) | int(eventTypes)
@@ -683,7 +442,7 @@ class FakeNVML:
                     return d
             left = deadline - time.monotonic()
             if left <= 0:
-                raise _err(pynvml.NVML_ERROR_TIMEOUT)
+                raise nvml_error(pynvml.NVML_ERROR_TIMEOUT)
             time.sleep(min(0.01, left))
 
     def nvmlEventSetWait(self, eventSet: Any, timeoutms: int) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import statistics
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from tuner.sim import model
 from tuner.sim.state import SimState
@@ -46,6 +46,9 @@ def one_thread() -> Iterator[None]:
 
 
 class SimHostLlamaWorkload:
+    """Tunable (tuner.workloads.base) through its Llama: the runtime settings, kernel calls and
+    output check are the Llama's; the host's effect is the sim model's factor."""
+
     name = "sim-llama"
 
     def __init__(self, root: str | os.PathLike[str], llama: Any = None,
@@ -74,6 +77,34 @@ class SimHostLlamaWorkload:
     def first_step_s(self, *args: Any, **kw: Any) -> float:
         with one_thread():
             return self.llama.first_step_s(*args, **kw)
+
+    @property
+    def device(self) -> str:
+        return self.llama.device
+
+    def runtime_dims(self) -> dict[str, list[Any]]:
+        return self.llama.runtime_dims()
+
+    def runtime_settings(self) -> dict[str, Any]:
+        return self.llama.runtime_settings()
+
+    def validate_runtime(self, runtime: Mapping[str, Any]) -> Any:
+        return self.llama.validate_runtime(runtime)
+
+    def kernels_usable(self) -> Optional[str]:
+        return self.llama.kernels_usable()
+
+    def kernel_calls(self) -> dict[Any, int]:
+        return self.llama.kernel_calls()
+
+    def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
+        return self.llama.kernel_variants()
+
+    def check(self) -> Optional[dict[str, Any]]:
+        return self.llama.check()
+
+    def close(self) -> None:
+        self.llama.close()
 
     def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Measurement:
         from tuner.workloads.base import summarize

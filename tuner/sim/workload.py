@@ -21,6 +21,7 @@ from tuner.sim.events import queue_xid
 from tuner.sim.skus import get_sku
 from tuner.sim.state import SimState
 from tuner.trial import Measurement
+from tuner.workloads.base import Untuned
 
 NOISE_SIGMA = model.NOISE_SIGMA
 
@@ -28,7 +29,9 @@ NOISE_SIGMA = model.NOISE_SIGMA
 from tuner.errors import WorkloadHang  # noqa: E402  (one class for every workload's hang)
 
 
-class SimWorkload:
+class SimWorkload(Untuned):
+    """Tunable with nothing but the host (Untuned): the model has no runtime and no kernels."""
+
     name = "sim"
     metric = "throughput"
 

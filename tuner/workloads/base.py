@@ -11,12 +11,15 @@ mean weighs a 10% change at any size the same, whatever that size's absolute tok
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from tuner.trial import Measurement
 from tuner.workloads.stats import geomean, rel_spread
 
-__all__ = ["Workload", "geomean", "rel_spread", "summarize"]
+__all__ = ["KernelCall", "Tunable", "Untuned", "Workload", "geomean", "rel_spread", "summarize"]
+
+#: one kernel call a workload makes: (family, dtype, shape)
+KernelCall = tuple[str, str, tuple[int, ...]]
 
 
 @runtime_checkable
@@ -35,6 +38,96 @@ class Workload(Protocol):
     def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Measurement:
         """Run `repeats` times; return the metric with its samples (and per-size results)."""
         ...
+
+
+@runtime_checkable
+class Tunable(Workload, Protocol):
+    """Everything a mixed search (tuner.search.mixed) asks of a workload, declared rather than
+    probed. `HolisticWorkload` implements it for the models in this folder; a workload with
+    nothing to tune but the host takes `Untuned`'s answers."""
+
+    #: where its kernels run ("cpu" or "cuda"): the judge times candidates there
+    device: str
+    #: the isolated micro-benchmark a runtime change could be judged by (seconds to the first
+    #: decode step, setup included); None: the workload has none
+    first_step_s: Optional[Callable[[], float]]
+
+    def runtime_dims(self) -> dict[str, list[Any]]:
+        """The runtime settings a search may change, each over the values it tries ({}: none)."""
+        ...
+
+    def runtime_settings(self) -> dict[str, Any]:
+        """The runtime settings in force (the incumbent's)."""
+        ...
+
+    def validate_runtime(self, runtime: Mapping[str, Any]) -> Any:
+        """Raise ValueError (naming the key) for settings this workload cannot take."""
+        ...
+
+    def kernels_usable(self) -> Optional[str]:
+        """Why its kernel calls cannot take table kernels here (None: they can)."""
+        ...
+
+    def kernel_calls(self) -> dict[KernelCall, int]:
+        """Every (family, dtype, shape) its call path dispatches, with the number of calls."""
+        ...
+
+    def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
+        """Per family, the only variants its call path runs (None: any of the family's)."""
+        ...
+
+    def dispatch_changed(self) -> None:
+        """The installed dispatch table changed: drop what holds the old table's kernels."""
+        ...
+
+    def check(self) -> Optional[dict[str, Any]]:
+        """The candidate path's outputs against the plain path ({"ok": ...}); None: no check."""
+        ...
+
+    def close(self) -> None:
+        """Release what it started (rank processes)."""
+        ...
+
+
+class Untuned:
+    """The Tunable answers of a workload with nothing to tune but the host (the simulated
+    host's model, a user's command): no runtime settings, no kernel calls."""
+
+    device = "cpu"
+    first_step_s: Optional[Callable[[], float]] = None
+    NO_KERNELS = "kernel slots need the llama, sim-llama, deepseek or hf:<config> workload"
+
+    def configure(self, runtime: Mapping[str, Any]) -> None:
+        pass  # nothing to configure: validate_runtime refuses any setting before it gets here
+
+    def runtime_dims(self) -> dict[str, list[Any]]:
+        return {}
+
+    def runtime_settings(self) -> dict[str, Any]:
+        return {}
+
+    def validate_runtime(self, runtime: Mapping[str, Any]) -> Any:
+        if runtime:
+            raise ValueError(f"runtime {sorted(runtime)}: this workload has no runtime settings")
+        return {}
+
+    def kernels_usable(self) -> Optional[str]:
+        return self.NO_KERNELS
+
+    def kernel_calls(self) -> dict[KernelCall, int]:
+        return {}
+
+    def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
+        return None
+
+    def dispatch_changed(self) -> None:
+        pass
+
+    def check(self) -> Optional[dict[str, Any]]:
+        return None
+
+    def close(self) -> None:
+        pass
 
 
 def summarize(metric: str, unit: str, per_size_samples: Mapping[str, Sequence[float]],

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from tuner.errors import BadInput, WorkloadFailed, WorkloadHang
 from tuner.trial import Measurement
-from tuner.workloads.base import Workload, summarize
+from tuner.workloads.base import Untuned, Workload, summarize
 
 _TAIL = 2000
 
@@ -37,7 +37,10 @@ class _Keep(dict):  # str.format_map that leaves unknown {placeholders} alone
         return "{" + key + "}"
 
 
-class CommandWorkload(Workload):
+class CommandWorkload(Untuned, Workload):
+    """Tunable (Untuned) but for its runtime: whatever settings it is given reach the command
+    as METALTUNE_RUNTIME; it names none of its own to search."""
+
     name = "command"
 
     def __init__(self, command: str | Sequence[str], metric_regex: str, timeout_s: float = 600.0,
@@ -66,6 +69,12 @@ class CommandWorkload(Workload):
 
     def configure(self, runtime: Mapping[str, Any]) -> None:
         self.runtime = dict(runtime or {})
+
+    def validate_runtime(self, runtime: Mapping[str, Any]) -> Any:
+        return dict(runtime)  # the command's to read
+
+    def runtime_settings(self) -> dict[str, Any]:
+        return dict(self.runtime)
 
     def _argv(self) -> list[str]:
         vals = _Keep({k: (json.dumps(v) if isinstance(v, (list, dict)) else

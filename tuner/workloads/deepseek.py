@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from tuner.workloads import llama as _llama
 from tuner.workloads.holistic import GridDefaults, Presets
-from tuner.workloads.llama import Ops
+from tuner.workloads.llama_ops import Ops
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def op_bytes(name: str, shapes: Sequence[Any], elem: int) -> float:
 
 
 def _phase_runner(wl_model: Any, phase: str, batch: int, ctx: int, runtime: Any) -> Any:
-    from tuner.workloads.llama import DecodeRunner, PrefillRunner
+    from tuner.workloads.llama_runners import DecodeRunner, PrefillRunner
 
     cls = DecodeRunner if phase == "decode" else PrefillRunner
     return cls(wl_model, runtime, batch, ctx).prepare()
@@ -232,7 +232,8 @@ def diagnose(model: str = "tiny", phase: str = "decode", batch: Optional[int] = 
              top: int = 15) -> dict[str, Any]:
     import torch
 
-    from tuner.workloads.llama import Llama, LlamaConfig, load_dispatch
+    from tuner.workloads.llama import Llama, LlamaConfig
+    from tuner.workloads.llama_ops import load_dispatch
 
     if phase not in ("decode", "prefill"):
         from tuner.errors import BadInput

@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, RuntimeSettings, SizeGrid,
                                       _sync, auto_device, size_grid, time_sizes)
 from tuner.workloads.holistic import _Timer
-from tuner.workloads.llama import default_tolerance, rel_err
+from tuner.workloads.llama_runners import default_tolerance, rel_err
 
 # Small dicts, as a config.json holds them (AutoConfig.for_model); `layers=N` overrides the depth.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -111,11 +111,12 @@ RUNTIME_DIMS: dict[str, list[Any]] = {"compile": [True, False], "metaltune": [Tr
 class HFModel:
     """A transformers causal LM with random weights and the patch state it is in."""
 
-    def __init__(self, spec: str, device: str = "cpu", seed: int = 0):
+    def __init__(self, spec: str, device: str = "cpu", seed: int = 0,
+                 parsed: Optional[tuple[str, dict[str, Any]]] = None):
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        name, over = parse_spec(spec)
+        name, over = parsed if parsed is not None else parse_spec(spec)
         d = {**PRESETS[name], **over}
         self.spec, self.name = spec, name
         self.dtype_name = d.pop("dtype")
@@ -395,8 +396,10 @@ class HFWorkload(HolisticWorkload):
                  decode_steps: Optional[int] = None, device: Optional[str] = None, seed: int = 0,
                  runtime: Optional[Mapping[str, Any]] = None, prefill: bool = True,
                  decode: bool = True, check_outputs: bool = True,
-                 max_prefill_ctx: Optional[int] = 32768):
-        from tuner.workloads.llama import load_dispatch
+                 max_prefill_ctx: Optional[int] = 32768,
+                 parsed: Optional[tuple[str, dict[str, Any]]] = None):
+        """`parsed`: `parse_spec(spec)` where the caller has it already (the factory)."""
+        from tuner.workloads.llama_ops import load_dispatch
 
         dev = device or auto_device()
         self.name = spec if spec.startswith("hf:") else f"hf:{spec}"
@@ -405,7 +408,7 @@ class HFWorkload(HolisticWorkload):
         if dev == "cpu":  # inductor's CPU compile takes minutes on a shared machine: eager unless asked
             runtime = {"compile": False, **dict(runtime or {})}
             self.RUNTIME_DIMS = {"metaltune": [True, False]}
-        self.model = HFModel(spec, dev, seed)
+        self.model = HFModel(spec, dev, seed, parsed)
         self.dispatch = load_dispatch()
         self.bench = Bench(self.model, self.grid, self.dispatch, max_prefill_ctx)
         self._start(runtime, check_outputs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import time
 import traceback
 from dataclasses import asdict, dataclass, field, fields
@@ -239,8 +240,11 @@ class HolisticWorkload:
     `_first_runner`, `_extra`, and where it has compiled code, `_compiles`."""
 
     name = "holistic"
-    holistic = True  # takes runtime settings and kernel slots in a mixed search
     Runtime: ClassVar[Any]
+    #: the runtime settings a mixed search may change, over the values it tries
+    RUNTIME_DIMS: ClassVar[Mapping[str, list[Any]]] = {}
+    #: per family, the only variants its call path runs (None: any of the family's)
+    KERNEL_VARIANTS: ClassVar[Optional[Mapping[str, Sequence[str]]]] = None
     #: what a failed output check says (the mixed evaluator reads "differ from the plain torch
     #: path" as `incorrect`)
     MISMATCH = "outputs differ from the plain torch path"
@@ -263,6 +267,37 @@ class HolisticWorkload:
         table's kernels, and the output checks were made against the old table."""
         self.bench.drop()
         self._checked.clear()
+
+    # -- the rest of tuner.workloads.base.Tunable ----------------------------------------------
+    @property
+    def device(self) -> str:
+        return self.model.device.type
+
+    def runtime_dims(self) -> dict[str, list[Any]]:
+        return {k: list(v) for k, v in self.RUNTIME_DIMS.items()}
+
+    def runtime_settings(self) -> dict[str, Any]:
+        return asdict(self.runtime)
+
+    def validate_runtime(self, runtime: Mapping[str, Any]) -> Any:
+        return self.Runtime.from_dict(runtime)
+
+    def kernels_usable(self) -> Optional[str]:
+        if self.device == "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+            return None
+        return ("kernels run on the CPU only under Triton's interpreter: set TRITON_INTERPRET=1 "
+                "(or --family none)")
+
+    def kernel_calls(self) -> dict[Any, int]:
+        from tuner.workloads.trace import trace_kernel_calls
+
+        return trace_kernel_calls(self)
+
+    def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
+        return self.KERNEL_VARIANTS
+
+    def close(self) -> None:
+        pass  # one process: what it holds goes with it
 
     # -- what differs per workload --------------------------------------------------------------
     def _check_key(self) -> Any:

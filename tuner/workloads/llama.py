@@ -23,15 +23,18 @@ builds `tuner.trial.Measurement` lazily.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, Presets, RuntimeSettings,
-                                      SizeGrid, _sync, _Timer, auto_device, size_grid,
-                                      time_sizes)
-from tuner.workloads.holistic import size_key  # noqa: F401 - where benchmarks import it from
-from tuner.workloads.stats import geomean, rel_spread
+                                      auto_device, size_grid)
+from tuner.workloads.llama_ops import Ops, apply_rope
+from tuner.workloads.llama_runners import Bench, DecodeRunner, PrefillRunner, check
+# where tests and benchmarks import them from (the model's module)
+from tuner.workloads.holistic import SizeGrid, _sync, size_key  # noqa: F401
+from tuner.workloads.llama_ops import load_dispatch, split_kv_attention  # noqa: F401
+from tuner.workloads.llama_runners import (compiled, default_tolerance, rel_err,  # noqa: F401
+                                           table_row)
 
 # -- configuration -----------------------------------------------------------------------------
 
@@ -117,162 +120,13 @@ class Runtime(RuntimeSettings):
         return self.max_ctx_to_capture is None or ctx <= self.max_ctx_to_capture
 
 
-# -- the op layer: dispatch or plain torch -----------------------------------------------------
+#: what a mixed search may change in the Llama workload (Runtime's fields, a few values each)
+RUNTIME_DIMS: dict[str, list[Any]] = {
+    "cuda_graphs": [True, False],
+    "fuse_projections": [False, True],
+    "attn_impl": ["sdpa", "split_kv"],
+}
 
-
-def load_dispatch() -> Any:
-    """kernelsearch.dispatch, or None while it does not exist (thin guard, see the issue)."""
-    try:
-        from kernelsearch import dispatch  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return dispatch if hasattr(dispatch, "call") else None
-
-
-def _spin(us: float) -> None:
-    end = time.perf_counter() + us * 1e-6
-    while time.perf_counter() < end:
-        pass
-
-
-class Ops:
-    """The model's hot operations. Each goes through `kernelsearch.dispatch.call(family, ...)`
-    when dispatch is on; a family the dispatcher does not know falls back to the plain op."""
-
-    def __init__(self, runtime: Runtime, dispatch: Any = None):
-        self.rt = runtime
-        self.dispatch = dispatch if runtime.use_dispatch else None
-        self._missing: set[str] = set()
-        self.in_graph = False  # CPU emulation: launches inside a "graph" cost nothing extra
-
-    def _launch(self) -> None:
-        if self.rt.emulate_launch_us and not self.in_graph:
-            _spin(self.rt.emulate_launch_us)
-
-    def _call(self, family: str, plain: Callable[..., Any], *args: Any) -> Any:
-        self._launch()
-        if self.dispatch is not None and family not in self._missing:
-            try:
-                return self.dispatch.call(family, *args)
-            except (KeyError, NotImplementedError, AttributeError, LookupError):
-                self._missing.add(family)  # this dispatcher has no such family
-        return plain(*args)
-
-    # plain torch versions, as the Llama reference code writes them
-    @staticmethod
-    def plain_rmsnorm(x: Any, weight: Any, eps: float) -> Any:
-        import torch
-
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
-
-    @staticmethod
-    def plain_swiglu(gate: Any, up: Any) -> Any:
-        import torch.nn.functional as F
-
-        return F.silu(gate) * up
-
-    @staticmethod
-    def plain_matmul(a: Any, b: Any) -> Any:
-        return a @ b
-
-    @staticmethod
-    def plain_rope(x: Any, cos: Any, sin: Any) -> Any:
-        """x (B, NH, D), the q and k heads of one token; cos/sin (B or 1, D/2): Llama.apply_rope's
-        ops, so the result is bit-identical to rotating q and k separately."""
-        return Llama.apply_rope(x, cos.unsqueeze(-2), sin.unsqueeze(-2))
-
-    @staticmethod
-    def plain_decode_attention(q: Any, k: Any, v: Any) -> Any:
-        """q (B, Hq, 1, D); k, v (B, Hkv, L, D) -> (B, Hq, 1, D)."""
-        import torch.nn.functional as F
-
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
-
-    @staticmethod
-    def plain_mla_decode(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
-                         scale: float) -> Any:
-        """Absorbed MLA decode as plain torch writes it (the family's torch path: gather the
-        pages, bmm, float softmax, bmm), so a fallback call is bit-identical to it."""
-        from kernelsearch.families import get
-
-        return get("mla_decode").torch_default(q, kv_cache, block_table, seq_lens, scale)
-
-    @staticmethod
-    def plain_mla_sparse_decode(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
-                                indices: Any, scale: float) -> Any:
-        from kernelsearch.families import get
-
-        return get("mla_sparse_decode").torch_default(q, kv_cache, block_table, seq_lens,
-                                                      indices, scale)
-
-    def rmsnorm(self, x: Any, w: Any, eps: float) -> Any:
-        return self._call("rmsnorm", self.plain_rmsnorm, x, w, eps)
-
-    def swiglu(self, g: Any, u: Any) -> Any:
-        return self._call("swiglu", self.plain_swiglu, g, u)
-
-    def matmul(self, a: Any, b: Any) -> Any:
-        return self._call("matmul", self.plain_matmul, a, b)
-
-    def rope(self, x: Any, cos: Any, sin: Any) -> Any:
-        return self._call("rope", self.plain_rope, x, cos, sin)
-
-    def decode_attention(self, q: Any, k: Any, v: Any) -> Any:
-        if self.rt.attn_impl == "split_kv":
-            return split_kv_attention(q, k, v, int(self.rt.kv_split), self._launch)
-        if self.dispatch is not None and "decode_attention" not in self._missing:
-            # the family's layout: q [B, Hq, D] -> [B, Hq, D]
-            return self._call("decode_attention", lambda q3, k, v: self.plain_decode_attention(
-                q3.unsqueeze(2), k, v).squeeze(2), q.squeeze(2), k, v).unsqueeze(2)
-        return self._call("decode_attention", self.plain_decode_attention, q, k, v)
-
-    def mla_decode(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
-                   scale: float) -> Any:
-        return self._call("mla_decode", self.plain_mla_decode, q, kv_cache, block_table,
-                          seq_lens, scale)
-
-    def mla_sparse_decode(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
-                          indices: Any, scale: float) -> Any:
-        return self._call("mla_sparse_decode", self.plain_mla_sparse_decode, q, kv_cache,
-                          block_table, seq_lens, indices, scale)
-
-    def prefill_attention(self, q: Any, k: Any, v: Any) -> Any:
-        import torch.nn.functional as F
-
-        self._launch()
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                              enable_gqa=q.shape[1] != k.shape[1])
-
-    def elementwise(self, n: int = 1) -> None:
-        """Account for plain elementwise launches (rotary, residual adds, cache writes)."""
-        for _ in range(n):
-            self._launch()
-
-
-def split_kv_attention(q: Any, k: Any, v: Any, split: int, launch: Callable[[], None]) -> Any:
-    """Flash-decoding: attend to each `split`-long chunk of the cache, then merge the partial
-    results with their log-sum-exp. Exact; cheap with few chunks, many launches with many."""
-    import torch
-
-    B, Hq, _, D = q.shape
-    Hkv, L = k.shape[1], k.shape[2]
-    g = Hq // Hkv
-    qg = q.reshape(B, Hkv, g, D).float() * (1.0 / math.sqrt(D))
-    outs, lses = [], []
-    for s in range(0, L, split):
-        launch()
-        kc = k[:, :, s:s + split].float()
-        vc = v[:, :, s:s + split].float()
-        sc = qg @ kc.transpose(-1, -2)  # (B, Hkv, g, c)
-        lse = torch.logsumexp(sc, dim=-1, keepdim=True)
-        outs.append(torch.exp(sc - lse) @ vc)
-        lses.append(lse)
-    launch()
-    lse_all = torch.stack(lses)  # (n, B, Hkv, g, 1)
-    w = torch.softmax(lse_all, dim=0)
-    out = (torch.stack(outs) * w).sum(0)
-    return out.reshape(B, Hq, 1, D).to(q.dtype)
 
 
 # -- the model ---------------------------------------------------------------------------------
@@ -343,15 +197,7 @@ class Llama:
             self._rope = (ang.cos().float().to(self.device), ang.sin().float().to(self.device))
         return self._rope
 
-    @staticmethod
-    def apply_rope(x: Any, cos: Any, sin: Any) -> Any:
-        """x (B, H, S, D); cos/sin (S, D/2): rotate (first half, second half) pairs."""
-        import torch
-
-        h = x.shape[-1] // 2
-        xf = x.float()
-        x1, x2 = xf[..., :h], xf[..., h:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+    apply_rope = staticmethod(apply_rope)  # the op layer's rotation (tuner.workloads.llama_ops)
 
     def new_cache(self, batch: int, length: int, fill: str = "random", seed: int = 1) -> list[tuple[Any, Any]]:
         """Per-layer (k, v), each (B, Hkv, length, D). 'random' fills with N(0,1) values so decode
@@ -481,288 +327,6 @@ class Llama:
         return ops.matmul(last, self.lm_head).float()
 
 
-# -- runners: one (kind, batch, ctx) under one runtime -----------------------------------------
-
-
-_COMPILED: dict[tuple[int, str, str], Callable[..., Any]] = {}
-
-
-def compiled(model: Llama, runtime: Runtime, kind: str, dispatch: Any = None) -> Callable[..., Any]:
-    """One torch.compile'd step per (model, runtime, kind), shared by every size: the first
-    size compiles it, the second recompiles it with dynamic shapes (dynamo's automatic dynamic),
-    later sizes reuse that. Each call starts a new cudagraph-tree step."""
-    import torch
-
-    key = (id(model), runtime.key(), kind)
-    if key not in _COMPILED:
-        _allow_recompiles()
-        ops = Ops(runtime, dispatch)
-        if kind == "decode":
-            def body(t: Any, p: Any, c: Any) -> Any:
-                return model.decode_step(ops, t, p, c)
-        else:
-            def body(t: Any, c: Any) -> Any:  # type: ignore[misc]
-                return model.prefill(ops, t, c)
-        fn = torch.compile(body, mode=runtime.compile_mode)
-
-        if runtime.inductor_graphs():
-            def step(*args: Any) -> Any:
-                torch.compiler.cudagraph_mark_step_begin()
-                return fn(*args)
-        else:
-            step = fn
-
-        _COMPILED[key] = step
-    return _COMPILED[key]
-
-
-def _allow_recompiles(n: int = 64) -> None:
-    import torch
-
-    cfg = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(cfg, name):
-            setattr(cfg, name, max(n, getattr(cfg, name)))
-
-
-def _dynamic_len(cache: list[tuple[Any, Any]]) -> None:
-    import torch
-
-    for k, v in cache:
-        torch._dynamo.maybe_mark_dynamic(k, 2)  # no error if a kernel choice specialises it
-        torch._dynamo.maybe_mark_dynamic(v, 2)
-
-
-def _static(cache: list[tuple[Any, Any]]) -> None:
-    import torch
-
-    for k, v in cache:
-        torch._dynamo.mark_static_address(k)
-        torch._dynamo.mark_static_address(v)
-
-
-class DecodeRunner:
-    """A decode step at context `ctx` for `batch` sequences, ready to replay.
-
-    Prepare once (cache, warm-up, graph capture or compile); `step()` runs one token per sequence.
-    Each step rewrites the same cache slot, so timings are steady and memory stays fixed."""
-
-    def __init__(self, model: Llama, runtime: Runtime, batch: int, ctx: int,
-                 cache: Optional[list[tuple[Any, Any]]] = None, dispatch: Any = None, seed: int = 0):
-        import torch
-
-        self.model, self.rt, self.batch, self.ctx = model, runtime, batch, ctx
-        self.ops = Ops(runtime, dispatch)
-        self.cache = cache if cache is not None else model.new_cache(batch, ctx + 1)
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        self.tokens = torch.randint(0, model.cfg.vocab, (batch,), generator=g).to(model.device)
-        # a model with its own cache type (tuner.workloads.deepseek's paged one) says its length
-        length = (model.cache_len(self.cache) if hasattr(model, "cache_len")
-                  else self.cache[0][0].shape[2])
-        if length != ctx + 1:
-            raise ValueError(f"decode runner: cache length {length} != ctx + 1")
-        model.rope(ctx + 1)
-        self.pos = torch.tensor([ctx], device=model.device)
-        self.graph: Any = None
-        self.out: Any = None
-        self.graphed = runtime.graphs_for(batch, ctx)
-        self.setup_s = 0.0
-        if runtime.compile_mode:
-            if runtime.inductor_graphs():
-                _static(self.cache)  # written in place: static addresses keep cudagraphs on
-            else:  # one compiled step for every context length: no recompile per size
-                _dynamic_len(self.cache)
-            fn = compiled(model, runtime, "decode", dispatch)
-            self._fn: Callable[[], Any] = lambda: fn(self.tokens, self.pos, self.cache)
-        else:
-            self._fn = lambda: model.decode_step(self.ops, self.tokens, self.pos, self.cache)
-
-    def prepare(self, warmup: int = 2) -> "DecodeRunner":
-        t0 = time.perf_counter()
-        dev = self.model.device
-        if self.graphed and dev.type == "cuda":
-            from tuner.workloads.graphs import capture
-
-            self.graph, self.out = capture(self._fn, warmup, dev)
-        else:
-            if self.rt.compile_mode:  # compile, then cudagraph-tree warm-up and recording
-                warmup = max(warmup, 3)
-            for _ in range(max(1, warmup)):
-                self.out = self._fn()
-            if self.graphed:  # CPU emulation of a capture
-                _spin(self.rt.emulate_capture_us)
-        _sync(dev)
-        self.setup_s = time.perf_counter() - t0
-        return self
-
-    def step(self) -> Any:
-        if self.graph is not None:
-            self.graph.replay()
-            return self.out
-        if self.graphed:  # CPU emulation: one launch for the whole replay
-            self.ops.in_graph = False
-            self.ops._launch()
-            self.ops.in_graph = True
-            try:
-                self.out = self._fn()
-            finally:
-                self.ops.in_graph = False
-            return self.out
-        self.out = self._fn()
-        return self.out
-
-    def tokens_per_s(self, steps: int) -> float:
-        t = _Timer(self.model.device)(self.step, steps)
-        return self.batch * steps / t
-
-
-class PrefillRunner:
-    def __init__(self, model: Llama, runtime: Runtime, batch: int, ctx: int,
-                 cache: Optional[list[tuple[Any, Any]]] = None, dispatch: Any = None, seed: int = 0):
-        import torch
-
-        self.model, self.rt, self.batch, self.ctx = model, runtime, batch, ctx
-        self.ops = Ops(runtime, dispatch)
-        self.cache = cache if cache is not None else model.new_cache(batch, ctx)
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        self.tokens = torch.randint(0, model.cfg.vocab, (batch, ctx), generator=g).to(model.device)
-        if runtime.compile_mode:
-            _static(self.cache)
-            fn = compiled(model, runtime, "prefill", dispatch)
-            self._fn: Callable[[], Any] = lambda: fn(self.tokens, self.cache)
-        else:
-            self._fn = lambda: model.prefill(self.ops, self.tokens, self.cache)
-        self.setup_s = 0.0
-
-    def prepare(self, warmup: int = 1) -> "PrefillRunner":
-        t0 = time.perf_counter()
-        if self.rt.compile_mode:  # compile, then cudagraph-tree warm-up and recording
-            warmup = max(warmup, 3)
-        for _ in range(max(1, warmup)):
-            self._fn()
-        _sync(self.model.device)
-        self.setup_s = time.perf_counter() - t0
-        return self
-
-    def step(self) -> Any:
-        return self._fn()
-
-    def tokens_per_s(self, steps: int = 1) -> float:
-        t = _Timer(self.model.device)(self.step, steps)
-        return self.batch * self.ctx * steps / t
-
-
-# -- correctness -------------------------------------------------------------------------------
-
-
-def rel_err(a: Any, b: Any) -> float:
-    """‖a − b‖ / ‖b‖ in float64 (NaN anywhere → inf)."""
-    import torch
-
-    a64, b64 = a.double(), b.double()
-    if not torch.isfinite(a64).all():
-        return math.inf
-    den = b64.norm().item()
-    return (a64 - b64).norm().item() / den if den else (a64 - b64).norm().item()
-
-
-def default_tolerance(dtype: str) -> float:
-    return 2e-2 if dtype in ("bfloat16", "float16") else 1e-4
-
-
-def check(model: Llama, runtime: Runtime, dispatch: Any = None, batch: int = 2, ctx: int = 64,
-          tol: Optional[float] = None, seed: int = 3) -> dict[str, Any]:
-    """Outputs of the candidate path (dispatch + runtime settings) against the plain torch path
-    (no dispatch, plain attention, unfused) on the same weights and fresh random inputs:
-    prefill logits and one decode step after it. Returns errors; `ok` False beyond `tol`."""
-    import torch
-
-    tol = default_tolerance(model.cfg.dtype) if tol is None else tol
-    plain = Ops(Runtime(use_dispatch=False))
-    cand = Ops(runtime, dispatch)
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    toks = torch.randint(0, model.cfg.vocab, (batch, ctx + 1), generator=g).to(model.device)
-    errs = {}
-    with torch.no_grad():
-        c_ref = model.new_cache(batch, ctx + 1, fill="zeros")
-        c_new = model.new_cache(batch, ctx + 1, fill="zeros")
-        ref_p = model.prefill(plain, toks[:, :ctx], c_ref)
-        new_p = model.prefill(cand, toks[:, :ctx], c_new)
-        errs["prefill"] = rel_err(new_p, ref_p)
-        ref_d = model.decode_step(plain, toks[:, ctx], ctx, c_ref)
-        new_d = model.decode_step(cand, toks[:, ctx], ctx, c_new)
-        errs["decode"] = rel_err(new_d, ref_d)
-    worst = max(errs.values())
-    return {"ok": worst <= tol, "tol": tol, "errors": errs,
-            "dispatch": dispatch is not None and runtime.use_dispatch}
-
-
-# -- a whole table -----------------------------------------------------------------------------
-
-
-class Bench:
-    """Prefill and decode tokens/s over a size grid for one model, runtime by runtime.
-
-    KV caches are shared between runtimes (keyed by batch and length) and runners (graphs,
-    compiled functions) are kept per runtime, so A/B alternation re-captures nothing."""
-
-    def __init__(self, model: Llama, grid: SizeGrid, dispatch: Any = None):
-        self.model, self.grid, self.dispatch = model, grid, dispatch
-        self._caches: dict[tuple[str, int, int], list[tuple[Any, Any]]] = {}
-        self._runners: dict[tuple[str, str, int, int], Any] = {}
-        self.at: Optional[str] = None  # the size being prepared or timed (time_sizes)
-
-    def _cache(self, kind: str, batch: int, length: int) -> list[tuple[Any, Any]]:
-        k = (kind, batch, length)
-        if k not in self._caches:
-            self._caches[k] = self.model.new_cache(batch, length)
-        return self._caches[k]
-
-    def runner(self, rt: Runtime, kind: str, batch: int, ctx: int) -> Any:
-        k = (rt.key(), kind, batch, ctx)
-        if k not in self._runners:
-            if kind == "decode":
-                r: Any = DecodeRunner(self.model, rt, batch, ctx, self._cache(kind, batch, ctx + 1),
-                                      self.dispatch)
-            else:
-                r = PrefillRunner(self.model, rt, batch, ctx, self._cache(kind, batch, ctx),
-                                  self.dispatch)
-            r.prepare()
-            self._runners[k] = r
-        return self._runners[k]
-
-    def drop(self, rt: Optional[Runtime] = None) -> None:
-        """Free runners (and their graphs) of one runtime, or all of them."""
-        if rt is None:
-            self._runners.clear()
-        else:
-            key = rt.key()
-            for k in [k for k in self._runners if k[0] == key]:
-                del self._runners[k]
-
-    def run(self, rt: Runtime, repeats: int = 5, deadline: Optional[float] = None,
-            sizes: Optional[Sequence[tuple[str, int, int]]] = None) -> dict[str, Any]:
-        """Per size: repeats of tokens/s, the setup seconds; sizes past the deadline are skipped
-        (listed in 'skipped')."""
-        return time_sizes(self, rt, self.grid.sizes() if sizes is None else sizes, repeats,
-                          deadline)
-
-
-def table_row(result: dict[str, Any]) -> dict[str, Any]:
-    """Medians and spreads of a Bench.run result plus its geometric mean (plain dict)."""
-    import statistics
-
-    per = result["per_size_samples"]
-    n = min((len(v) for v in per.values()), default=0)
-    return {
-        "per_size": {k: statistics.median(v) for k, v in per.items()},
-        "spread": {k: rel_spread(v) for k, v in per.items()},
-        "geomean": statistics.median([geomean([v[i] for v in per.values()]) for i in range(n)]) if n else 0.0,
-        "setup_s": result.get("setup_s", {}),
-        "skipped": result.get("skipped", []),
-    }
-
-
 # -- the Workload ------------------------------------------------------------------------------
 
 
@@ -776,6 +340,7 @@ class LlamaWorkload(HolisticWorkload):
 
     name = "llama"
     Runtime = Runtime
+    RUNTIME_DIMS = RUNTIME_DIMS
     Config: Any = LlamaConfig
     Model: Any = Llama
     CPU_GRID = GridDefaults(contexts=(16, 64), decode_batch=2, decode_steps=5)

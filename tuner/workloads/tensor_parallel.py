@@ -23,12 +23,13 @@ import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tuner.workloads.collectives import RUNTIME_KEYS, Collectives
-from tuner.workloads.holistic import GridDefaults, size_grid
-from tuner.workloads.llama import (Bench, Llama, LlamaConfig, Ops, Runtime, SizeGrid,
-                                   default_tolerance, load_dispatch, rel_err)
+from tuner.workloads.holistic import GridDefaults, SizeGrid, size_grid
+from tuner.workloads.llama import Llama, LlamaConfig, Runtime
+from tuner.workloads.llama_ops import Ops, load_dispatch
+from tuner.workloads.llama_runners import Bench, default_tolerance, rel_err
 from tuner.workloads.ranks import RankError, Ranks
 
 #: what a mixed search may change in this workload: CUDA graphs and the collectives (`p2p` is the
@@ -208,7 +209,8 @@ class TensorParallelWorkload:
     model once per runtime (a mismatch raises WorkloadFailed)."""
 
     name = "llama-tp"
-    runtime_dims = RUNTIME_DIMS
+    #: no isolated first-step benchmark across ranks
+    first_step_s: Optional[Callable[[], float]] = None
     CPU_GRID = GridDefaults(contexts=(16, 64), decode_batch=2, decode_steps=5)  # gloo ranks
     GPU_GRID = GridDefaults(contexts=(4096, 32768), decode_batch=8, decode_steps=20)
 
@@ -259,6 +261,24 @@ class TensorParallelWorkload:
 
     def runtime_settings(self) -> dict[str, Any]:
         return {**asdict(self.runtime), **self.collectives.to_runtime()}
+
+    # the rest of tuner.workloads.base.Tunable: runtime and collectives settings, no kernel
+    # slots (the table would have to reach every rank)
+    @property
+    def device(self) -> str:
+        return "cpu" if self.backend == "gloo" else "cuda"
+
+    def runtime_dims(self) -> dict[str, list[Any]]:
+        return {k: list(v) for k, v in RUNTIME_DIMS.items()}
+
+    def kernels_usable(self) -> Optional[str]:
+        return "kernel slots need the llama, sim-llama, deepseek or hf:<config> workload"
+
+    def kernel_calls(self) -> dict[Any, int]:
+        return {}
+
+    def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
+        return None
 
     def _key(self) -> str:
         return self.runtime.key() + self.collectives.key()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from tuner.errors import BadInput
+from tuner.search.options import HostSearchOptions
 from tuner.trial import Trial
 
 DEFAULT_KNOBS = ["gpu*.power_limit_w", "gpu*.locked_clocks_mhz", "gpu*.locked_mem_clocks_mhz"]
@@ -52,27 +53,29 @@ def search_knobs(
     return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2))
 
 
-def run_host_search(
-    settings: Any, budget: int = 30, proposer: str = "optuna", policy: Optional[str] = None,
-    knobs: Optional[list[str]] = None, seed: int = 0, repeats: int = 3,
-    workload: Optional[str] = None, metric_regex: Optional[str] = None, timeout_s: float = 600.0,
-    on_trial: Optional[Callable[[Trial], None]] = None,
-) -> dict[str, Any]:
+def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
+                    on_trial: Optional[Callable[[Trial], None]] = None,
+                    **kw: Any) -> dict[str, Any]:
+    """`opts` (or the same as keyword arguments) as the operation takes them."""
     from tuner.knobs import registry
     from tuner.proposers.llm.context import host_context
     from tuner.search.safety_context import SafetyContext
+    from tuner.sim import register_workloads
     from tuner.workloads.factory import make_workload
 
-    if budget < 1:
-        raise BadInput("--budget: expected a number ≥ 1")
+    register_workloads()  # `sim` and `sim-llama` are named (and refused off a sim host)
+
+    o = opts if opts is not None else HostSearchOptions.parse("search_host", kw)
+    budget, proposer, knobs, seed, repeats = o.budget, o.proposer, o.knobs, o.seed, o.repeats
+    timeout_s = o.timeout_s
     host = settings.host()
     all_knobs = registry.discover(host)
     chosen = registry.select(all_knobs, knobs or DEFAULT_KNOBS)
     chosen = {n: k for n, k in chosen.items() if k.limits().search_values()}
     if not chosen:
         raise BadInput("no searchable knob among --knobs on this host")
-    wl = make_workload(host, workload, metric_regex, timeout_s)
-    guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy)
+    wl = make_workload(host, o.workload, o.metric_regex, timeout_s)
+    guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy)
     try:
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,

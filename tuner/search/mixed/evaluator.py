@@ -31,26 +31,19 @@ from tuner.search.host.evaluator import HostEvaluator
 from tuner.search.mixed.space import TORCH, JointSpace, label
 from tuner.search.runtime import RuntimeEvaluator
 from tuner.trial import Candidate, GateResult, KernelChoice, Measurement, Trial
+from tuner.workloads.base import Tunable
 from tuner.workloads.stats import geomean
-
-
-def dispatch_changed(workload: Any) -> None:
-    """The installed dispatch table changed: runners captured as CUDA graphs (or compiled) hold
-    the old table's kernels, and the workload's output check was made against the old table."""
-    hook = getattr(workload, "dispatch_changed", None)  # workloads without kernels have none
-    if callable(hook):
-        hook()
 
 
 MICRO_WIN = 0.1  # a first-step speed-up smaller than this is not called a micro-benchmark win
 
 
-def first_step_gain(workload: Any, incumbent: dict[str, Any], candidate: dict[str, Any],
+def first_step_gain(workload: Tunable, incumbent: dict[str, Any], candidate: dict[str, Any],
                     n: int = 5) -> Optional[float]:
     """The isolated micro-benchmark a runtime change could be judged by (time to the first decode
     step, setup included): best incumbent time / best candidate time - 1, counted only above
     MICRO_WIN (below it: 0, noise rather than a micro win). None without such a benchmark."""
-    fn = getattr(workload, "first_step_s", None)
+    fn = workload.first_step_s
     if fn is None:
         return None
     try:
@@ -85,7 +78,7 @@ class MixedEvaluator:
             "the evaluators must share the joint incumbent's dicts"
 
     @property
-    def workload(self) -> Any:
+    def workload(self) -> Tunable:
         return self.runtime.workload
 
     # -- gates ---------------------------------------------------------------------------------
@@ -123,11 +116,8 @@ class MixedEvaluator:
         return GateResult(gate="known", passed=True)
 
     def _runtime_valid(self, c: Candidate) -> GateResult:
-        """The merged runtime must be a valid Runtime (RuntimeEvaluator's gate); a workload with
-        no runtime at all cannot take runtime settings (they would be measured as no-ops)."""
-        if c.runtime and self.runtime.validate is None and not hasattr(self.workload, "configure"):
-            return GateResult(gate="domain", passed=False, code="out_of_domain",
-                              detail=f"runtime {sorted(c.runtime)}: this workload has no runtime settings")
+        """The merged runtime must be one the workload takes (RuntimeEvaluator's gate with the
+        workload's validator: one with no runtime settings refuses any)."""
         return self.runtime.valid(c)
 
     def _changes(self, c: Candidate) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
@@ -214,12 +204,11 @@ class MixedEvaluator:
         key = json.dumps(table.to_dict(), sort_keys=True, default=str)
         if key != self._table_key:
             dispatch.install(table, store=self.store_dir)
-            dispatch_changed(self.workload)
+            self.workload.dispatch_changed()
             self._table_key = key
 
     def _measure(self, runtime: dict[str, Any]) -> Measurement:
-        if hasattr(self.workload, "configure"):
-            self.workload.configure(runtime)
+        self.workload.configure(runtime)
         return self.workload.measure(repeats=self.runtime.repeats, timeout_s=self.host.timeout_s)
 
     def incumbent_table(self) -> Any:
@@ -295,11 +284,10 @@ class MixedEvaluator:
                 inc.host.update(knobs)
                 inc.runtime.update(rt)
                 inc.kernels.update(kern)
-            elif getattr(txn, "state", None) == "probation":  # left by an unexpected error
+            elif txn.state == "probation":  # left by an unexpected error
                 txn.rollback("left without a verdict")
             self._use(self.incumbent_table())  # the kept candidate's, or the old incumbent's
-            if hasattr(self.workload, "configure"):
-                self.workload.configure(inc.runtime)
+            self.workload.configure(inc.runtime)
         return trial
 
     def _measure_side(self, host_b: dict[str, Any], host_a: dict[str, Any],

@@ -6,48 +6,33 @@ MixedEvaluator (tuner.search.mixed.evaluator), the kept dispatch table written t
 from __future__ import annotations
 
 import fnmatch
-import os
 import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tuner.errors import BadInput
+from tuner.search.options import AUTO, NONE, MixedSearchOptions
 from tuner.trial import Trial
-
-NONE = "none"  # --knob none / --family none: leave that kind out
-AUTO = "auto"  # --suggest-table auto: the tables shipped for this GPU
+from tuner.workloads.base import Tunable
 
 
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
-                        timeout_s: float) -> Any:
+                        timeout_s: float) -> Tunable:
     """What `search host` takes, defaulting to `sim-llama` on a sim host (the CPU Llama scaled by
     the sim host's model, so host and kernel effects show in one metric) and `llama` elsewhere."""
+    from tuner.sim import register_workloads
     from tuner.workloads.factory import make_workload
+
+    register_workloads()  # `sim` and `sim-llama` are named (and refused off a sim host)
 
     if workload is None:
         workload = "sim-llama" if host.backend == "sim" else "llama"
-    return make_workload(host, workload, metric_regex, timeout_s)
-
-
-def _llama_of(wl: Any) -> Any:
-    """The holistic workload inside `wl` (Llama, or one that declares itself `holistic` with its
-    own RUNTIME_DIMS and Runtime, as tuner.workloads.hf does), or None."""
-    from tuner.workloads.llama import LlamaWorkload
-
-    inner = getattr(wl, "llama", wl)
-    return inner if isinstance(inner, LlamaWorkload) or getattr(inner, "holistic", False) else None
-
-
-def _kernels_usable(llama: Any) -> Optional[str]:
-    """Why table kernels cannot run in this workload, or None."""
-    if llama.model.device.type == "cuda":
-        return None
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        return ("kernels run on the CPU only under Triton's interpreter: set TRITON_INTERPRET=1 "
-                "(or --family none)")
-    return None
+    wl = make_workload(host, workload, metric_regex, timeout_s)
+    if not isinstance(wl, Tunable):
+        raise BadInput(f"--workload {workload}: not searchable here (it does not declare "
+                       "tuner.workloads.base.Tunable)")
+    return wl
 
 
 def _start_table(table: Optional[str]) -> Any:
@@ -68,9 +53,7 @@ def _suggest_tables(suggest: Optional[list[str]]) -> list[Any]:
     from kernelsearch.shipped import shipped_tables
     from kernelsearch.table import DispatchTable, TableError
 
-    names = list(suggest or [AUTO])
-    if (AUTO in names or NONE in names) and len(names) > 1:
-        raise BadInput("--suggest-table: 'auto' and 'none' cannot be combined with other values")
+    names = list(suggest or [AUTO])  # 'auto' or 'none' alone: MixedSearchOptions
     if names == [NONE]:
         return []
     paths = shipped_tables() if names == [AUTO] else names
@@ -83,38 +66,16 @@ def _suggest_tables(suggest: Optional[list[str]]) -> list[Any]:
     return out
 
 
-def run_mixed_search(
-    settings: Any, budget: int = 20, proposer: str = "random", policy: Optional[str] = None,
-    knobs: Optional[list[str]] = None, families: Optional[list[str]] = None,
-    runtime: Optional[bool] = None, seed: int = 0, repeats: int = 3, rounds: int = 3,
-    workload: Optional[str] = None, metric_regex: Optional[str] = None, timeout_s: float = 600.0,
-    max_choices: int = 6, table: Optional[str] = None, isolate: Optional[bool] = None,
-    on_trial: Optional[Callable[[Trial], None]] = None, suggest: Optional[list[str]] = None,
-) -> dict[str, Any]:
-    from tuner import proposers
+def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *,
+                     on_trial: Optional[Callable[[Trial], None]] = None,
+                     **kw: Any) -> dict[str, Any]:
+    """`opts` (or the same as keyword arguments) as the operation takes them."""
     from tuner.knobs import registry
-    from tuner.search.mixed.space import RUNTIME_DIMS, kernel_slots, trace_kernel_calls
+    from tuner.search.mixed.space import kernel_slots
 
-    if budget < 1:
-        raise BadInput(f"--budget: expected a number ≥ 1, got {budget}")
-    if rounds < 1 or repeats < 1:
-        raise BadInput("--rounds/--repeats: expected numbers ≥ 1")
-    if max_choices < 2:
-        raise BadInput(f"--max-choices: expected ≥ 2 (torch and one kernel), got {max_choices}")
-    if proposer not in proposers.names():
-        raise BadInput(f"--proposer: unknown proposer {proposer!r}; expected one of "
-                       f"{', '.join(proposers.names())}")
-    for opt, vals in (("--knob", knobs), ("--family", families)):
-        if vals and NONE in vals and len(vals) > 1:
-            raise BadInput(f"{opt}: 'none' cannot be combined with other values")
-    fams = list(families) if families else None
-    if fams and NONE not in fams:
-        from kernelsearch.families import NAMES
-
-        bad = [f for f in fams if f not in NAMES]
-        if bad:
-            raise BadInput(f"--family: unknown kernel family {bad[0]!r}; expected one of "
-                           f"{', '.join(NAMES)} or none")
+    o = opts if opts is not None else MixedSearchOptions.parse("search_mixed", kw)
+    knobs, fams = o.knobs, (list(o.families) if o.families else None)
+    workload, table, suggest, runtime = o.workload, o.table, o.suggest, o.runtime
     host = settings.host()
     chosen: dict[str, Any] = {}
     if knobs != [NONE]:
@@ -129,21 +90,18 @@ def run_mixed_search(
         chosen = {n: k for n, k in chosen.items() if k.limits().search_values()}
         if knobs and not chosen:
             raise BadInput("--knob: no searchable knob among them on this host")
-    wl = make_mixed_workload(host, workload, metric_regex, timeout_s)
-    llama = _llama_of(wl)
-    own_dims = getattr(wl, "runtime_dims", None)  # a workload with runtime settings of its own
-    if runtime and llama is None and own_dims is None:
+    wl = make_mixed_workload(host, workload, o.metric_regex, o.timeout_s)
+    own_dims = wl.runtime_dims()
+    if runtime and not own_dims:
         raise BadInput("--runtime: runtime settings need a workload that has them "
                        "(llama, sim-llama, deepseek, hf:<config>, llama-tp)")
-    runtime_dims = {} if runtime is False else (
-        dict(own_dims) if own_dims is not None else
-        dict(getattr(llama, "RUNTIME_DIMS", RUNTIME_DIMS)) if llama is not None else {})
+    runtime_dims = {} if runtime is False else own_dims
 
     start_table = _start_table(table)
     suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     slots, notes = [], []
     if fams != [NONE]:
-        why = "kernel slots need the llama, sim-llama or hf:<config> workload" if llama is None else _kernels_usable(llama)
+        why = wl.kernels_usable()
         if why and fams:
             raise BadInput(f"--family: {why}")
         if why:
@@ -152,10 +110,9 @@ def run_mixed_search(
             from tuner.search.sources import store_in
             from tuner.search.mixed.space import stored_sources
 
-            slots = kernel_slots(trace_kernel_calls(llama), fams, max_choices, start_table,
+            slots = kernel_slots(wl.kernel_calls(), fams, o.max_choices, start_table,
                                  sources=stored_sources(store_in(settings.state_dir)),
-                                 suggest=suggestions,
-                                 variants=getattr(llama, "KERNEL_VARIANTS", None))
+                                 suggest=suggestions, variants=wl.kernel_variants())
             missing = sorted(set(fams or []) - {s.family for s in slots})
             if missing:
                 raise BadInput(f"--family {missing[0]}: this workload makes no {missing[0]} call "
@@ -165,22 +122,20 @@ def run_mixed_search(
 
     from tuner.search.safety_context import SafetyContext
 
-    guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy)  # BadInput: policy
+    guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy)  # BadInput: policy
     try:
         res = _run(host, guard, wl, chosen, runtime_dims, slots, start_table, suggestions,
-                    budget=budget, proposer=proposer, seed=seed, repeats=repeats, rounds=rounds,
-                    timeout_s=timeout_s, isolate=isolate, on_trial=on_trial,
-                    meta={"knobs": sorted(chosen), "families": fams, "workload": workload or
-                          getattr(wl, "name", "")})
+                    budget=o.budget, proposer=o.proposer, seed=o.seed, repeats=o.repeats,
+                    rounds=o.rounds, timeout_s=o.timeout_s, isolate=o.isolate, on_trial=on_trial,
+                    meta={"knobs": sorted(chosen), "families": fams,
+                          "workload": workload or wl.name})
     finally:
         guard.close()
-        close = getattr(wl, "close", None)  # e.g. the rank processes of a multi-GPU workload
-        if close is not None:
-            close()
+        wl.close()  # e.g. the rank processes of a multi-GPU workload
     return {**res, "notes": notes}
 
 
-def build_evaluator(knobs: dict[str, Any], workload: Any, guard: Any,
+def build_evaluator(knobs: dict[str, Any], workload: Tunable, guard: Any,
                     runtime_dims: dict[str, list[Any]], slots: list[Any], start_table: Any = None,
                     *, rounds: int = 3, repeats: int = 3, timeout_s: float = 600.0,
                     isolate: Optional[bool] = None, store_dir: Optional[Path] = None) -> Any:
@@ -191,23 +146,21 @@ def build_evaluator(knobs: dict[str, Any], workload: Any, guard: Any,
     from tuner.search.mixed.space import Incumbent, JointSpace
     from tuner.search.runtime import RuntimeEvaluator
 
-    llama = _llama_of(workload)
     searched = {s.family for s in slots}
     inc = Incumbent(
         host={n: k.read() for n, k in knobs.items()},
-        runtime=_runtime_settings(workload, llama),
+        runtime=workload.runtime_settings(),
         kernels={s.name: s.covered_by(start_table) for s in slots},
         base_entries=[e for e in (start_table.entries if start_table else [])
                       if e.family not in searched])
     joint = JointSpace(knobs, runtime_dims, slots, inc)
     host_ev = HostEvaluator(knobs, workload, guard, incumbent=inc.host, timeout_s=timeout_s)
     rt_ev = RuntimeEvaluator(workload, incumbent=inc.runtime, rounds=rounds, repeats=repeats,
-                             validate=_runtime_validator(workload, llama))
-    if llama is not None:
+                             validate=workload.validate_runtime)
+    if workload.first_step_s is not None:
         rt_ev.micro = lambda c: first_step_gain(workload, dict(inc.runtime),
                                                 {**inc.runtime, **c.runtime})
-    device = llama.model.device.type if llama is not None else "cpu"
-    return MixedEvaluator(host_ev, rt_ev, joint, device=device, isolate=isolate,
+    return MixedEvaluator(host_ev, rt_ev, joint, device=workload.device, isolate=isolate,
                           store_dir=store_dir)
 
 
@@ -269,24 +222,6 @@ def _suggested_points(joint: Any, suggestions: list[Any]) -> list[dict[str, Any]
     if not change or p is None or set(p) != set(joint.space.names):
         return []
     return [{**p, **change}]
-
-
-def _runtime_settings(workload: Any, llama: Any) -> dict[str, Any]:
-    own = getattr(workload, "runtime_settings", None)
-    if own is not None:
-        return dict(own())
-    return asdict(llama.runtime) if llama is not None else {}
-
-
-def _runtime_validator(workload: Any, llama: Any) -> Any:
-    own = getattr(workload, "validate_runtime", None)
-    if own is not None:
-        return own
-    if llama is None:
-        return None
-    from tuner.workloads.llama import Runtime
-
-    return getattr(llama, "Runtime", Runtime).from_dict
 
 
 def summary(trials: list[Trial], run_id: str, inc: Any, start_host: dict[str, Any],

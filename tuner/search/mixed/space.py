@@ -20,18 +20,14 @@ from typing import Any, Iterable, Optional, Sequence
 from tuner.knobs.base import values_equal
 from tuner.proposers.base import Dim, Point, SearchSpace
 from tuner.trial import Candidate, KernelChoice
+from tuner.workloads.llama import RUNTIME_DIMS  # noqa: F401 - where searches import it from
+from tuner.workloads.trace import trace_kernel_calls  # noqa: F401 - likewise
 
 TORCH = "torch"
 #: a host dimension's value for "as found at the start" where that value has no point in the
 #: knob's search domain (unlocked clocks): without it every candidate would pin some clock, and
 #: a kernel-only trial would carry a host change with it
 AS_FOUND = "as-found"
-#: what a mixed search may change in the holistic Llama workload (tuner.workloads.llama.Runtime)
-RUNTIME_DIMS: dict[str, list[Any]] = {
-    "cuda_graphs": [True, False],
-    "fuse_projections": [False, True],
-    "attn_impl": ["sdpa", "split_kv"],
-}
 
 
 def label(variant: Optional[str], config: dict[str, Any]) -> str:
@@ -89,47 +85,6 @@ class Slot:
 
 
 # -- which kernel calls the workload makes ---------------------------------------------------
-
-
-class _Recorder:
-    """Stands in for kernelsearch.dispatch while the workload runs once: records each call's
-    (family, dtype, shape) and runs the plain torch op."""
-
-    def __init__(self) -> None:
-        self.calls: dict[tuple[str, str, tuple[int, ...]], int] = {}
-
-    def call(self, family: str, *args: Any) -> Any:
-        from kernelsearch.families import get
-        from kernelsearch.families.base import dtype_name
-
-        fam = get(family)  # KeyError for a family kernelsearch lacks: Ops falls back
-        if family == "matmul" and (args[0].dim() != 2 or args[1].dim() != 2):
-            return fam.torch_default(*args)  # dispatch runs batched products in torch too
-        if fam.layout_of is not None and fam.layout_of(*args) != fam.layout:
-            return fam.torch_default(*args)  # dispatch hands other layouts to torch: no slot
-        try:
-            shape = tuple(int(v) for v in fam.shape_of(*args))
-            self.calls[(family, dtype_name(args[0].dtype), shape)] = \
-                self.calls.get((family, dtype_name(args[0].dtype), shape), 0) + 1
-        except (AttributeError, IndexError, TypeError, ValueError):
-            pass  # a layout the family's kernels do not take: torch handles it anyway
-        return fam.torch_default(*args)
-
-
-def trace_kernel_calls(llama: Any) -> dict[tuple[str, str, tuple[int, ...]], int]:
-    """Run the Llama workload's own size grid once under its current runtime with a recording
-    dispatcher: {(family, dtype, shape): calls}. Its own bench (and KV caches: no second set of
-    them on the GPU); runners built with the recorder are dropped afterwards."""
-    bench, rec = llama.bench, _Recorder()
-    real = bench.dispatch
-    bench.drop()
-    bench.dispatch = rec
-    try:
-        bench.run(llama.runtime, repeats=1)
-    finally:
-        bench.dispatch = real
-        bench.drop()
-    return rec.calls
 
 
 def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Optional[list[str]],
