@@ -10,6 +10,7 @@ import typer
 from safety.bounds import MAX_PROBATION_S
 from tuner.cli.common import invoke, settings
 from tuner.cli.numbers import finite
+from tuner.cli.tables import csv_option
 
 
 def _print_json(res: Any) -> None:
@@ -117,8 +118,11 @@ def register(app: typer.Typer) -> None:
             print(res["yaml"], end="")
 
     @app.command("verify")
-    def verify_cmd(ctx: typer.Context, profile: str,
-                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    def verify_cmd(ctx: typer.Context,
+                   profile: str = typer.Argument(..., metavar="PROFILE",
+                                                 help="Profile name (see `profile list`) or a YAML file."),
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                   as_csv: bool = csv_option()) -> None:
         """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot.
         Exit 1 when something drifted."""
 
@@ -126,29 +130,55 @@ def register(app: typer.Typer) -> None:
         if as_json:
             _print_json(res)
         else:
-            _print_items(res, f"verify {res['profile']}")
-            for m in res["match"]:
+            _print_items(res, f"verify {res['profile']}", as_csv=as_csv)
+            for m in ([] if as_csv else res["match"]):
                 print(f"note: profile does not match this host: {m}")
         if not res["ok"]:
             raise typer.Exit(1)
 
     @app.command("apply")
-    def apply_cmd(ctx: typer.Context, profile: str,
+    def apply_cmd(ctx: typer.Context,
+                  profile: str = typer.Argument(..., metavar="PROFILE",
+                                                help="Profile name (see `profile list`) or a YAML file."),
                   dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
                   probation: Optional[float] = typer.Option(None, "--probation", min=0, callback=finite(0, MAX_PROBATION_S),
+                                                            metavar="SECONDS",
                                                             help="Seconds of probation (default: the policy's)."),
-                  policy: Optional[Path] = typer.Option(None, "--policy", help="Allowed-change list (YAML)."),
+                  policy: Optional[Path] = typer.Option(None, "--policy", metavar="FILE",
+                                                        help="Allowed-change list (YAML; default: "
+                                                             "/etc/metaltune/policy.yaml if present, "
+                                                             "else the shipped default policy)."),
                   force: bool = typer.Option(False, "--force", help="Apply even if match: rules fail."),
-                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                  no_wait: bool = typer.Option(False, "--no-wait",
+                                               help="Return once the change is in probation; the "
+                                                    "probation goes on in the background "
+                                                    "(`metaltune confirm` ends it early)."),
+                  as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                  as_csv: bool = csv_option()) -> None:
         """Apply a profile through a safety transaction (policy, journal, probation, rollback)."""
+        from tuner.cli.probation_view import ProbationView
+        from tuner.ops.safety import APPLY_LABEL
 
-        res = invoke(settings(ctx), "apply", profile=profile, dry_run=dry_run,
-                         probation_s=probation, force=force,
-                         policy=str(policy) if policy else None)
+        s = settings(ctx)
+        args = dict(profile=profile, dry_run=dry_run, probation_s=probation, force=force,
+                    policy=str(policy) if policy else None, no_wait=no_wait)
+        if dry_run or as_json or no_wait:
+            res = invoke(s, "apply", **args)
+        else:
+            with ProbationView(s, APPLY_LABEL):
+                res = invoke(s, "apply", **args)
         if as_json:
-            return _print_json(res)
+            _print_json(res)
+            if dry_run and res.get("refused"):
+                raise typer.Exit(1)
+            return
         _print_items(res, f"apply {res['profile']}" + (" (dry run)" if dry_run else ""),
-                     items_key="plan")
+                     items_key="plan", as_csv=as_csv)
+        if as_csv:
+            raise typer.Exit(1 if res.get("refused") else 0)
+        if res.get("refused"):  # a dry run: what apply would say
+            print("apply would be refused:\n" + res["refused"])
+            raise typer.Exit(1)
         print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
         for m in res.get("match") or []:
             print(f"note: profile does not match this host: {m}")
@@ -160,18 +190,19 @@ def register(app: typer.Typer) -> None:
                   + (f" -> {k['table']}" if k.get("table") else " (checked)") + "; sources: "
                   + (", ".join(f"src:{s['sha256'][:12]} ({s['from']}, digest verified)"
                                for s in k["sources"]) or "none"))
+        if not dry_run:
+            print(f"next: `metaltune status` names the active profile; `metaltune verify "
+                  f"{res['profile']}` checks the host against it")
 
 
-def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs") -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
+                 as_csv: bool = False) -> None:
+    from tuner.cli.tables import print_table
 
-    t = Table(title=title)
     cols = ["knob", "status", "current", "wanted", "effect", "from"]
     if items_key == "plan":
         cols.insert(5, "policy")
-    for c in cols:
-        t.add_column(c)
+    rows = []
     for it in res[items_key]:
         st = it["status"]
         row = [it.get("knob") or it["key"], f"[{STATUS_STYLE.get(st, '')}]{st}[/]",
@@ -179,12 +210,14 @@ def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs") -> N
                _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}"]
         if items_key == "plan":
             pol = it.get("policy", "")
-            row.insert(5, pol.split(":")[0] + (f" ({pol.split(':')[1].strip()})" if ":" in pol else ""))
+            row.insert(5, pol.split(":")[0] + (f" ({pol.split(':', 1)[1].strip()})" if ":" in pol else ""))
         if st in ("unsupported", "error") and it.get("reason"):
-            row[2] = it["reason"][:60]
-        t.add_row(*row)
-    import shutil
-
-    c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 140))
-    c.print(t)
-    c.print("summary: " + ", ".join(f"{k} {v}" for k, v in sorted(res["summary"].items())))
+            row[2] = it["reason"]
+        rows.append(row)
+    print_table(cols, rows, title=title, as_csv=as_csv)
+    if as_csv:
+        return
+    line = "summary: " + ", ".join(f"{k} {v}" for k, v in sorted(res["summary"].items()))
+    if res.get("policy_summary"):
+        line += "; policy: " + ", ".join(f"{k} {v}" for k, v in sorted(res["policy_summary"].items()))
+    print(line)
