@@ -29,19 +29,32 @@ def search_knobs(
     kind: str = "search-host", meta: Optional[dict[str, Any]] = None,
     proposer_kw: Optional[dict[str, Any]] = None,
     on_trial: Optional[Callable[[Trial], None]] = None,
+    within_policy: bool = False,
 ) -> SearchRun:
     """The host search both `search host` and the demo run: the knobs' own domains as the
     space, the current values as the incumbent, trials through `guard` (a SafetyContext) into
-    the trial store in the guard's state dir."""
+    the trial store in the guard's state dir. `within_policy`: the space is cut to what the
+    guard's policy allows (`search host`: no trial spent on a refusal); the demo keeps the
+    whole domain, to show the policy gate refusing."""
     from tuner.proposers import SearchSpace, make
     from tuner.search import loop
     from tuner.search.host.evaluator import HostEvaluator
     from tuner.search.store import TrialStore
 
     start = {n: k.read() for n, k in knobs.items()}
-    space = SearchSpace.for_knobs(knobs, start=start)
+    incumbent = dict(start)
+    allowed = None
+    if within_policy:
+        def allowed(name: str, before: Any, value: Any) -> bool:
+            return guard.policy.check(knobs[name], before, value) is None  # rate limits aside
+
+    space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
+                                  current=lambda: incumbent)
+    if not space.dims:
+        raise BadInput("the policy allows no change of " + ", ".join(sorted(knobs))
+                       + f" from the current values ({guard.policy.source})")
     prop = make(proposer, space, seed=seed, budget=budget, **(proposer_kw or {}))
-    ev = HostEvaluator(knobs, workload, guard, repeats=repeats, incumbent=dict(start),
+    ev = HostEvaluator(knobs, workload, guard, repeats=repeats, incumbent=incumbent,
                        timeout_s=timeout_s)
     t0 = time.time()
     base = ev.measure_incumbent(repeats=baseline_repeats)
@@ -76,7 +89,7 @@ def run_host_search(
     try:
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,
-            baseline_repeats=max(4, repeats * 2), on_trial=on_trial,
+            baseline_repeats=max(4, repeats * 2), on_trial=on_trial, within_policy=True,
             proposer_kw=host_context(host, guard.policy) if proposer == "llm" else None)
     finally:
         guard.close()
