@@ -168,20 +168,17 @@ def register(app: typer.Typer) -> None:
             with ProbationView(s, APPLY_LABEL):
                 res = invoke(s, "apply", **args)
         if as_json:
-            _print_json(res)
-            if dry_run and res.get("refused"):
-                raise typer.Exit(1)
-            return
+            return _print_json(res)
         _print_items(res, f"apply {res['profile']}" + (" (dry run)" if dry_run else ""),
                      items_key="plan", as_csv=as_csv)
         if as_csv:
-            raise typer.Exit(1 if res.get("refused") else 0)
-        if res.get("refused"):  # a dry run: what apply would say
-            print("apply would be refused:\n" + res["refused"])
-            raise typer.Exit(1)
-        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
+            return
         for m in res.get("match") or []:
             print(f"note: profile does not match this host: {m}")
+        if res.get("refused"):  # a dry run (a real apply raised): what apply would say
+            print("apply would be refused:\n" + res["refused"])
+            return
+        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
         if res.get("note"):
             print(res["note"])
         k = res.get("kernels")
