@@ -66,25 +66,25 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
                 os.dup2(dn, fd)
 
             def started(info: dict[str, Any]) -> None:
-                os.write(w, json.dumps({"ok": info}, default=str).encode())
-                os.close(w)
+                os.write(w, json.dumps({"ok": info}, default=str).encode() + b"\n")
+                os.close(w)  # (the watchdog forked meanwhile still holds a copy: hence the \n)
 
             body(started)
         except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
             code = 1
             try:
                 os.write(w, json.dumps({"error": str(e), "kind": type(e).__name__,
-                                        "exit_code": getattr(e, "exit_code", 1)}).encode())
+                                        "exit_code": getattr(e, "exit_code", 1)}).encode() + b"\n")
             except OSError:
                 pass  # already reported "started": the journal has the outcome
         finally:
             os._exit(code)
     os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
+    data = b""
+    while not data.endswith(b"\n") and (chunk := os.read(r, 65536)):  # one line, or EOF
+        data += chunk
     os.close(r)
-    return _answer(b"".join(chunks), pid)
+    return _answer(data, pid)
 
 
 def _answer(data: bytes, pid: int) -> dict[str, Any]:
