@@ -32,8 +32,8 @@ def register(app: typer.Typer) -> None:
         from tuner.proposers import names as proposer_names
 
         if proposer not in proposer_names():  # before the progress bar starts
-            raise BadInput(f"--proposer: expected one of {', '.join(n for n in proposer_names() if n != 'llm')}, "
-                           f"got {proposer!r}")
+            raise BadInput(f"--proposer: unknown proposer {proposer!r}; expected one of "
+                           + ", ".join(n for n in proposer_names() if n != "llm"))
         if workdir is not None and workdir.exists() and (not workdir.is_dir() or any(
                 (workdir / n).exists() and not (workdir / n).is_dir() for n in ("host", "state"))):
             raise BadInput(f"--workdir: {workdir}: expected a folder (or a path to create)")

@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(profile_app, name="profile")
 
     @profile_app.command("list")
-    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Shipped and local profiles, and whether each matches this host."""
 
         res = invoke(settings(ctx), "profile_list")
@@ -53,8 +53,10 @@ def register(app: typer.Typer) -> None:
         Console().print(t)
 
     @profile_app.command("show")
-    def show_cmd(ctx: typer.Context, profile: str,
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+    def show_cmd(ctx: typer.Context,
+                 profile: str = typer.Argument(..., metavar="PROFILE",
+                                               help="Profile name (see `profile list`) or a YAML file."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """A profile with its includes resolved (each value with the file and line it comes from)."""
 
         res = invoke(settings(ctx), "profile_show", profile=profile)
@@ -80,9 +82,10 @@ def register(app: typer.Typer) -> None:
             c.print(f"provenance: {json.dumps(prov)}")
 
     @profile_app.command("diff")
-    def diff_cmd(ctx: typer.Context, a: str,
-                 b: Optional[str] = typer.Argument(None, help="Second profile (default: this host's current values)."),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+    def diff_cmd(ctx: typer.Context,
+                 a: str = typer.Argument(..., metavar="PROFILE", help="First profile (name or YAML file)."),
+                 b: Optional[str] = typer.Argument(None, metavar="OTHER", help="Second profile (default: this host's current values)."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Differences knob by knob (exit 1 when they differ, like diff(1))."""
 
         res = invoke(settings(ctx), "profile_diff", a=a, b=b)
@@ -104,7 +107,7 @@ def register(app: typer.Typer) -> None:
                    name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
                    kernels: Optional[Path] = typer.Option(None, "--kernels", help="Carry this dispatch table (JSON) as the profile's kernels."),
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """A self-contained YAML profile (includes flattened), or this host's current values.
         Stored kernel sources its kernels name (src:<sha256>) are bundled, so `apply` on
         another host can verify and install them."""

@@ -23,7 +23,7 @@ def init(
     vm: bool = typer.Option(False, "--vm", help="A cloud VM: host settings read-only."),
     gpus: int = typer.Option(1, "--gpus", help="Number of GPUs (1..8)."),
     seed: int = typer.Option(0, "--seed", help="Seeds UUIDs, chip margins and measurement noise."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create a simulated host in ROOT."""
     from tuner.sim.hostinit import init_host
@@ -57,7 +57,7 @@ def inject(
 @sim_app.command("show")
 def show(
     root: Path = typer.Argument(..., help="A simulated host folder."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a simulated host's device state, sensors, counters and the model's view of it."""
     _require_host(root)
