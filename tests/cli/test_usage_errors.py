@@ -22,7 +22,7 @@ CASES = [
     (["bogus"], r"No such command 'bogus'.*'metaltune --help'"),
     (["profile", "bogus"], r"No such command 'bogus'.*'metaltune profile --help'"),
     (["apply"], r"Missing argument 'PROFILE'.*'metaltune apply --help'"),
-    (["sim", "inject"], r"Missing argument 'ROOT'"),
+    (["sim", "inject"], r"Missing argument 'DIR'"),
     (["kernel", "check", "--family", "softmax"], r"Missing option '--candidate'"),
     (["fleet", "apply", "p.yaml"], r"Missing option '--inventory'"),
     (["trials", "--limit", "x"], r"Invalid value for '--limit'.*valid integer"),

@@ -136,6 +136,11 @@ def register(app: typer.Typer) -> None:
             _print_items(res, f"verify {res['profile']}", as_csv=as_csv)
             for m in ([] if as_csv else res["match"]):
                 print(f"note: profile does not match this host: {m}")
+            if not as_csv:
+                bad = [it.get("knob") or it["key"] for it in res["knobs"]
+                       if it["status"] in ("drifted", "error")]
+                print(f"profile {res['profile']} is in force" if not bad else
+                      f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` puts them back")
         if not res["ok"]:
             raise typer.Exit(1)
 
