@@ -200,7 +200,7 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         if dry_run or not changes:
             res["result"] = "dry run: nothing written" if dry_run else "nothing to change"
             if not dry_run:  # the profile is in force all the same: `status` names it
-                _record_in_force(settings, prof.name)
+                res["note"] = _record_in_force(settings, prof.name)
         else:
             res.update(_transaction(settings, prof, knobs, changes, pol, probation_s, host,
                                     no_wait=no_wait))
@@ -246,14 +246,21 @@ def _quarantined(settings: Any, changes: dict[str, Any]) -> Optional[dict[str, A
         j.close()
 
 
-def _record_in_force(settings: Any, name: str) -> None:
+def _record_in_force(settings: Any, name: str) -> str:
+    """Journal that the profile is in force; "" or why it could not be (the apply changed
+    nothing, so a state dir it cannot write does not fail it)."""
+    from safety.errors import SafetyError
     from tuner.ops.safety import APPLY_LABEL, journal_for
 
-    j = journal_for(settings)
     try:
-        j.record(f"{APPLY_LABEL}{name}", "nothing to change: the host already had every value")
-    finally:
-        j.close()
+        j = journal_for(settings)
+        try:
+            j.record(f"{APPLY_LABEL}{name}", "nothing to change: the host already had every value")
+        finally:
+            j.close()
+    except (MetaltuneError, SafetyError, OSError) as e:
+        return f"not journalled as the active profile: {e}"
+    return ""
 
 
 def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[str, Any],

@@ -66,12 +66,15 @@ class SearchSpace:
     @classmethod
     def for_knobs(cls, knobs: dict[str, Any], start: Optional[Point] = None,
                   allowed: Optional[Callable[[str, Any, Any], bool]] = None,
-                  current: Optional[Callable[[], dict[str, Any]]] = None) -> "SearchSpace":
+                  current: Optional[Callable[[], dict[str, Any]]] = None,
+                  allowed_now: Optional[Callable[[str, Any, Any], bool]] = None) -> "SearchSpace":
         """One dimension per knob over the domain the device reports (knobs with an empty
         search domain, e.g. unsupported offsets, are left out). `allowed(knob, before, value)`
         (the policy): each dimension keeps only the values allowed from the start (ranges,
         floors, steps), and a point is valid only if every value is allowed from `current()`
-        (the incumbent, as kept changes move it), so proposers never draw a refused change."""
+        (the incumbent, as kept changes move it) by `allowed_now` (default `allowed`; the policy
+        with its journal: a knob at its rate limit stays put), so proposers never draw a refused
+        change."""
         doms = {n: k.limits() for n, k in knobs.items()}
         begin = start or {}
 
@@ -103,12 +106,13 @@ class SearchSpace:
             d.name: doms[d.name].to_search(start.get(d.name)) for d in dims
             if doms[d.name].to_search(start.get(d.name)) is not None}
         valid = None
-        if allowed is not None and current is not None:
+        now = allowed_now or allowed
+        if now is not None and current is not None:
             def valid(p: Point) -> bool:
                 cur = current()
                 for n, v in p.items():
                     val = doms[n].from_search(v)
-                    if not values_equal(val, cur.get(n)) and not allowed(n, cur.get(n), val):
+                    if not values_equal(val, cur.get(n)) and not now(n, cur.get(n), val):
                         return False
                 return True
         return cls(dims, to_candidate, from_candidate, start=point, valid=valid)

@@ -43,13 +43,18 @@ def search_knobs(
 
     start = {n: k.read() for n, k in knobs.items()}
     incumbent = dict(start)
-    allowed = None
+    allowed = allowed_now = None
     if within_policy:
+        counted = guard.policy_check_for(knobs)  # with the journal: rate limits too
+
         def allowed(name: str, before: Any, value: Any) -> bool:
-            return guard.policy.check(knobs[name], before, value) is None  # rate limits aside
+            return guard.policy.check(knobs[name], before, value) is None  # bounds and steps
+
+        def allowed_now(name: str, before: Any, value: Any) -> bool:
+            return counted(name, before, value) is None
 
     space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
-                                  current=lambda: incumbent)
+                                  current=lambda: incumbent, allowed_now=allowed_now)
     if not space.dims:
         raise BadInput("the policy allows no change of " + ", ".join(sorted(knobs))
                        + f" from the current values ({guard.policy.source})")
