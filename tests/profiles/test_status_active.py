@@ -65,3 +65,16 @@ def test_status_table_never_cuts_a_knob_name_and_has_csv(tmp_path):
     v = mt("verify", "h200", "--csv").stdout.splitlines()
     assert v[0] == "knob,status,current,wanted,effect,from"
     assert any(line.startswith("os.numa_balancing,drifted,1,0,now,") for line in v)
+
+
+def test_host_and_profile_show_print_whole_knob_names_and_csv(tmp_path):
+    mt = SimCli(tmp_path, "h200")
+    name = "driver.nvidia.NVreg_EnablePCIERelaxedOrderingMode"
+    assert name in mt("host", env={"COLUMNS": "60"}).stdout
+    rows = mt("host", "--csv").stdout.splitlines()
+    assert rows[0] == "knob,value,domain,effect" and any(r.startswith(f"{name},0,") for r in rows)
+    show = mt("profile", "show", "h200", env={"COLUMNS": "60"}).stdout
+    assert "sysctl.kernel.sched_autogroup_enabled" in show
+    rows = mt("profile", "show", "h200", "--csv").stdout.splitlines()
+    assert rows[0] == "knob,value,from"
+    assert any(r.startswith("gpu*.power_limit_w,default,host_profiles/h200.yaml:") for r in rows)

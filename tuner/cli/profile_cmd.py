@@ -56,25 +56,24 @@ def register(app: typer.Typer) -> None:
     def show_cmd(ctx: typer.Context,
                  profile: str = typer.Argument(..., metavar="PROFILE",
                                                help="Profile name (see `profile list`) or a YAML file."),
-                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 as_csv: bool = csv_option()) -> None:
         """A profile with its includes resolved (each value with the file and line it comes from)."""
+        from tuner.cli.tables import print_table
 
         res = invoke(settings(ctx), "profile_show", profile=profile)
         if as_json:
             return _print_json(res)
+        rows = [[k["key"], _v(k["value"]), f"{k['file']}:{k['line']}"] for k in res["knobs"]]
+        if as_csv:
+            return print_table(["knob", "value", "from"], rows, as_csv=True)
         from rich.console import Console
-        from rich.table import Table
 
         c = Console()
         c.print(f"[bold]{res['name']}[/] ({res['path']}): {res['description']}")
         c.print(f"chain: {' -> '.join(res['chain'])}")
         c.print(f"match: {json.dumps({k: v for k, v in res['match'].items() if v is not None})}")
-        t = Table()
-        for col in ("knob", "value", "from"):
-            t.add_column(col)
-        for k in res["knobs"]:
-            t.add_row(k["key"], _v(k["value"]), f"{k['file']}:{k['line']}")
-        c.print(t)
+        print_table(["knob", "value", "from"], rows)
         if res.get("kernels"):
             c.print(f"kernels: {json.dumps(res['kernels'])[:200]}")
         prov = {k: v for k, v in res["provenance"].items() if v is not None}
