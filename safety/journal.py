@@ -448,11 +448,41 @@ class Journal:
         return out
 
     def is_quarantined(self, key: str) -> Optional[dict[str, Any]]:
-        r = self._one("SELECT * FROM quarantine WHERE key=?", (key,))
+        r = self._one("SELECT rowid AS id, * FROM quarantine WHERE key=?", (key,))
         return dict(r) if r else None
 
     def quarantined(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._all("SELECT * FROM quarantine ORDER BY time")]
+        """Every quarantined candidate, oldest first; `id` (the row id) names it for a clear."""
+        return [dict(r) for r in self._all("SELECT rowid AS id, * FROM quarantine ORDER BY time")]
+
+    def clear_quarantine(self, ids: Optional[list[int]], label: str) -> list[dict[str, Any]]:
+        """Lift the quarantine of these entries (all when `ids` is None) by the operator's
+        decision, journalled as a confirmed transaction without changes (its reason lists what
+        was lifted and why it had been quarantined). Returns the entries lifted."""
+        now = time.time()
+        with self._tx() as c:
+            rows = [dict(r) for r in c.execute(
+                "SELECT rowid AS id, * FROM quarantine ORDER BY time").fetchall()]
+            gone = [r for r in rows if ids is None or r["id"] in ids]
+            if not gone:
+                return []
+            c.executemany("DELETE FROM quarantine WHERE rowid=?", [(r["id"],) for r in gone])
+            self._record(c, label, "; ".join(f"#{r['id']} {r['key']} (was: {r['reason']})"
+                                             for r in gone), now)
+        return gone
+
+    def record(self, label: str, reason: str) -> int:
+        """An operator's decision that changes no knob (a profile applied with nothing to
+        change), journalled as a confirmed transaction without changes."""
+        with self._tx() as c:
+            return self._record(c, label, reason, time.time())
+
+    @staticmethod
+    def _record(c: sqlite3.Connection, label: str, reason: str, now: float) -> int:
+        return int(c.execute(
+            "INSERT INTO txns (label, candidate_key, state, created, deadline, probation_s, pid,"
+            " reason, updated) VALUES (?,NULL,'confirmed',?,?,0,?,?,?)",
+            (label, now, now, os.getpid(), reason, now)).lastrowid)
 
     def in_force(self) -> list[dict[str, Any]]:
         """Knobs whose value may differ from their baseline: the latest change of each that was

@@ -26,3 +26,36 @@ def run_cli(capsys, *args: str) -> tuple[int, str, str]:
 
 REPO = Path(__file__).resolve().parents[1]
 PERMISSIVE = str(REPO / "safety/policies/permissive.yaml")
+
+
+class SimCli:
+    """`metaltune` as a user runs it (a subprocess) against a simulated host made by
+    `metaltune sim init DIR --sku SKU`, with its own state and run dirs."""
+
+    def __init__(self, tmp: Path, sku: str = "h200", *extra: str):
+        import os
+        import sys
+
+        self.root, self.state = tmp / "sim", tmp / "state"
+        self.python = sys.executable
+        self.env = {**os.environ, "PYTHONPATH": str(REPO), "METALTUNE_BACKEND": "sim",
+                    "METALTUNE_SIM_ROOT": str(self.root), "METALTUNE_STATE_DIR": str(self.state),
+                    "METALTUNE_RUN_DIR": str(tmp / "run"), "COLUMNS": "80"}
+        self.env.pop("METALTUNE_NO_DAEMON", None)
+        r = self("sim", "init", str(self.root), "--sku", sku, *extra)
+        assert r.returncode == 0, r.stderr
+
+    def cmd(self, *args: str) -> list[str]:
+        return [self.python, "-m", "tuner", *args]
+
+    def __call__(self, *args: str, timeout: float = 120, **kw):
+        import subprocess
+
+        return subprocess.run(self.cmd(*args), cwd=REPO, env={**self.env, **kw.pop("env", {})},
+                              capture_output=True, text=True, timeout=timeout, **kw)
+
+    def popen(self, *args: str):
+        import subprocess
+
+        return subprocess.Popen(self.cmd(*args), cwd=REPO, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)

@@ -237,7 +237,7 @@ def test_search_runs_in_a_child_with_the_writer_lock(tmp_path, sim_host, start_d
     # the trials are in the store the CLI reads
     assert d.call("trials")["ok"]
     # `metaltune search host` goes through the daemon too (the daemon holds the writer lock)
-    r = d.cli("search", "host", "--budget", "1", "--proposer", "random", "--repeats", "1", "--json")
+    r = d.cli("search", "host", "--budget", "1", "--proposer", "random", "--rounds", "1", "--json")
     assert json.loads(r.stdout)["trials"] == 1
     assert d.log().count("event=search.finished") == 2
     # and so does `metaltune search mixed` (host and runtime candidates: kernels would need a

@@ -84,11 +84,14 @@ def test_default_policy_is_conservative(knobs):
     pl = knobs["gpu0.power_limit_w"]
     assert p.check(pl, 700, 600) is None
     assert "floor" in p.check(pl, 700, 500).failed  # < 75% of the 700 W default
-    for name in ("gpu0.gpc_clock_offset_mhz", "gpu1.mem_clock_offset_mhz", "bios.WorkloadProfile",
-                 "driver.nvidia.NVreg_EnablePCIERelaxedOrderingMode", "pcie.0000:17:00.0.relaxed_ordering"):
+    for name in ("bios.WorkloadProfile", "driver.nvidia.NVreg_EnablePCIERelaxedOrderingMode",
+                 "pcie.0000:17:00.0.relaxed_ordering", "gpu0.persistence_mode"):
         assert p.forbidden_by(name) is not None, name
+    for name in ("gpu0.gpc_clock_offset_mhz", "gpu1.mem_clock_offset_mhz"):  # only back to 0
+        assert p.rule_for(name)[1].values == [0], name
     assert p.rule_for("gpu3.locked_clocks_mhz") is not None
-    assert p.rule_for("sysctl.vm.swappiness") is None  # deny by default
+    assert p.rule_for("sysctl.vm.swappiness")[1].range == (1, 100)  # what the shipped profiles set
+    assert p.rule_for("sysctl.vm.dirty_ratio") is None  # deny by default
     assert p.probation_for(["gpu0.power_limit_w"]) == 120
 
 

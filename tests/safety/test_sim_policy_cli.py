@@ -43,11 +43,12 @@ def sim(tmp_path):
 
 @pytest.mark.parametrize("changes,rule,failed", [
     ({"gpu0.power_limit_w": 400}, "rule #0 (knob 'gpu*.power_limit_w')", "below the floor 0.75 x default 700"),
-    ({"gpu0.power_limit_w": 690, "gpu0.gpc_clock_offset_mhz": 0}, "forbidden 'gpu*.gpc_clock_offset_mhz'",
+    ({"gpu0.power_limit_w": 690, "gpu0.persistence_mode": 0}, "forbidden 'gpu*.persistence_mode'",
      "never changed"),
+    ({"gpu0.gpc_clock_offset_mhz": 100}, "rule #2 (knob 'gpu*.*_clock_offset_mhz')", ""),
     ({"bios.WorkloadProfile": "HighPerformanceCompute"}, "forbidden 'bios.*'", "never changed"),
     ({"driver.nvidia.NVreg_EnablePCIERelaxedOrderingMode": 1}, "forbidden 'driver.*'", "never changed"),
-    ({"sysctl.vm.swappiness": 10}, "no rule", "deny by default"),
+    ({"sysctl.vm.dirty_ratio": 30}, "no rule", "deny by default"),
     ({"gpu0.locked_clocks_mhz": [1500, 2100]}, "rule #1 (knob 'gpu*.locked_clocks_mhz')",
      "outside the device's domain"),
 ])

@@ -9,8 +9,11 @@ from typing import Optional
 
 import typer
 
+from tuner.cli import help_style
 from tuner.errors import BadInput, MetaltuneError
 from tuner.ops.settings import Settings
+
+help_style.apply()
 
 app = typer.Typer(
     name="metaltune",
@@ -27,18 +30,30 @@ MODULES = [
 ]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from tuner import __version__
+
+        print(f"metaltune {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _common(
     ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                 help="Print the version and exit."),
     state_dir: Path = typer.Option(
-        Path("/var/lib/metaltune"), "--state-dir", envvar="METALTUNE_STATE_DIR",
+        Path("/var/lib/metaltune"), "--state-dir", envvar="METALTUNE_STATE_DIR", metavar="DIR",
         help="Where the trial store and journal live.",
     ),
     backend: Optional[str] = typer.Option(
-        None, "--backend", envvar="METALTUNE_BACKEND", help="real or sim."
+        None, "--backend", envvar="METALTUNE_BACKEND", metavar="real|sim",
+        help="real (this machine) or sim (a simulated host, see --sim-root)."
     ),
     sim_root: Optional[Path] = typer.Option(
-        None, "--sim-root", envvar="METALTUNE_SIM_ROOT", help="Folder of a simulated host."
+        None, "--sim-root", envvar="METALTUNE_SIM_ROOT", metavar="DIR",
+        help="Folder of a simulated host (made by `metaltune sim init DIR`)."
     ),
 ) -> None:
     if backend is not None and backend not in ("real", "sim"):

@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
         trust_new: bool = typer.Option(False, "--trust-new", help="Trust an unknown SSH host key on first use and record it."),
         timeout: float = typer.Option(900.0, "--timeout", callback=finite(1, 86400), help="Seconds per target."),
-        confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, callback=finite(0.5, 0.999)),
+        confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, callback=finite(0.5, 0.999),
+                                          help="Confidence level of each comparison's interval."),
     ) -> None:
         """Run the benchmark suite on each TARGET and compare them (the first is the baseline)."""
         from tuner.compare import report as rep_mod

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         backend: str = typer.Option("real", "--backend", help="backend written into a new config."),
         sim_root: Optional[Path] = typer.Option(None, "--sim-root", help="sim_root for a new config."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing config and policy."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Install the systemd unit, /etc/metaltune/config.toml, the default policy and the state dir."""
         from tuner.daemon.install import install
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
     def uninstall_cmd(
         root: Path = typer.Option(Path("/"), "--root", help="Folder given to `install --root`."),
         purge: bool = typer.Option(False, "--purge", help="Also remove config, policy, journal and trials."),
-        as_json: bool = typer.Option(False, "--json"),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Remove the unit (and with --purge the configuration and state). Stop the service first:
         `systemctl disable --now metaltune` (its stop policy decides what stays applied)."""

@@ -29,6 +29,14 @@ def register(app: typer.Typer) -> None:
             raise BadInput(f"--sku: expected h200 or rtx4090, got {sku!r}")
         if proposer == "llm":
             raise BadInput("--proposer llm needs an API key and the network; use `search host`")
+        from tuner.proposers import names as proposer_names
+
+        if proposer not in proposer_names():  # before the progress bar starts
+            raise BadInput(f"--proposer: unknown proposer {proposer!r}; expected one of "
+                           + ", ".join(n for n in proposer_names() if n != "llm"))
+        if workdir is not None and workdir.exists() and (not workdir.is_dir() or any(
+                (workdir / n).exists() and not (workdir / n).is_dir() for n in ("host", "state"))):
+            raise BadInput(f"--workdir: {workdir}: expected a folder (or a path to create)")
         if as_json:
             res = run_demo(trials, seed, proposer, sku, workdir)
             res.pop("trials_detail", None)

@@ -250,7 +250,7 @@ def collect_cmd(
     as_json: bool = JSON, timeout: float = TIMEOUT,
     bench: bool = typer.Option(False, "--bench", help="Also run the compare benchmark suite on each host."),
     quick: bool = typer.Option(False, "--quick", help="Small benchmark sizes."),
-    repeats: int = typer.Option(5, "--repeats", min=2),
+    repeats: int = typer.Option(5, "--repeats", min=2, help="Repeats per metric of --bench (the spread needs 2+)."),
 ) -> None:
     """Gather each host's status, facts (and benchmarks with --bench) into OUT/<host>/; with 2+
     benchmarked hosts, OUT/report/ compares them."""

@@ -7,11 +7,13 @@ import json
 import typer
 
 from tuner.cli.common import invoke, settings
+from tuner.cli.tables import csv_option, print_table
 
 
 def register(app: typer.Typer) -> None:
     @app.command("host")
-    def host_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    def host_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 as_csv: bool = csv_option()) -> None:
         """Hardware (GPUs, driver, PCIe, virtualisation) and every knob; changes nothing."""
 
         res = invoke(settings(ctx), "host")
@@ -22,10 +24,17 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(res, indent=2, default=str))
             return
         from rich.console import Console
-        from rich.table import Table
 
         import shutil
 
+        rows = []
+        for k in res["knobs"]:
+            val = json.dumps(k["value"]) if k["value"] is not None else "?"
+            if k.get("pending") is not None:
+                val += f" (pending {json.dumps(k['pending'])})"
+            rows.append([k["name"], val, k["domain_text"], k["effect"]])
+        if as_csv:  # the knobs only: the hardware lines are not a table
+            return print_table(["knob", "value", "domain", "effect"], rows, as_csv=True)
         hw = res["hardware"]
         c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 140))
         v = hw["virtualization"]
@@ -47,12 +56,4 @@ def register(app: typer.Typer) -> None:
         c.print("kernel libraries: " + "; ".join(
             f"{x['name']} {x['status']}" + (f" {x['version']}" if x.get("version") else "")
             for x in res["libraries"]))
-        t = Table(title="knobs")
-        for col in ("knob", "value", "domain", "effect"):
-            t.add_column(col)
-        for k in res["knobs"]:
-            val = json.dumps(k["value"]) if k["value"] is not None else "?"
-            if k.get("pending") is not None:
-                val += f" (pending {json.dumps(k['pending'])})"
-            t.add_row(k["name"], val, k["domain_text"], k["effect"])
-        c.print(t)
+        print_table(["knob", "value", "domain", "effect"], rows, title="knobs")

@@ -63,7 +63,7 @@ def check_cmd(
     timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before the candidate process is killed."),
     mem_limit_mb: int = typer.Option(6144, "--mem-limit-mb", help="Resident memory limit of the candidate process."),
     no_timing: bool = typer.Option(False, "--no-timing", help="Stop after correctness."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Judge a candidate: static guard, correctness against the float64 reference, timing (with
     the physical-floor check), in a child process with a timeout and a memory limit.
@@ -141,7 +141,7 @@ def check_cmd(
 
 
 @kernel_app.command("families")
-def families_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Kernel families: signature, dtypes, variants (library ones: offered only where their
     library imports) and the size of their search space; then the libraries found here."""
     from kernelsearch import libraries
@@ -175,7 +175,7 @@ def search_kernel_cmd(
     family: str = typer.Option(..., "--family", help="softmax|rmsnorm|swiglu|matmul|decode_attention"),
     budget: int = typer.Option(20, "--budget", help="Measured configs per shape bucket (llm: trials)."),
     proposer: str = typer.Option("optuna", "--proposer", help="random|grid|coordinate|optuna|llm (writes kernel sources)"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed for the proposer."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search shapes)."),
     table: Optional[Path] = typer.Option(None, "--table", help="Where to write the dispatch table (JSON)."),
@@ -189,7 +189,7 @@ def search_kernel_cmd(
     model_context: Optional[list[str]] = typer.Option(None, "--model-context", help="llm: model context page, e.g. llama-gqa; repeatable."),
     diagnosis: Optional[Path] = typer.Option(None, "--diagnosis", help="llm: where the model's time goes, the JSON of `metaltune diagnose --json`."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before a candidate process is killed."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search a kernel family per shape bucket with a proposer; every candidate is judged by the
     harness in a child process; trials go to the trial store and the winners become a dispatch
@@ -299,8 +299,8 @@ def _kernel_store(ctx: typer.Context):
 
 
 @kernel_app.command("list")
-def list_cmd(ctx: typer.Context, family: Optional[str] = typer.Option(None, "--family"),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+def list_cmd(ctx: typer.Context, family: Optional[str] = typer.Option(None, "--family", help="Only sources of this family."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Stored kernel sources (content-addressed, from `search kernel --proposer llm` or a
     profile) with their provenance: family, where they were judged, on which shapes."""
     if family:
@@ -354,7 +354,7 @@ def _scan(store):
 
 @kernel_app.command("show")
 def show_cmd(ctx: typer.Context, sha: str = typer.Argument(..., help="SHA-256 (or a unique prefix of at least 8 hex digits)."),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """One stored kernel: its record (verdict, shapes checked and timed, environment, origin,
     re-judgements) and its source, re-hashed before it is shown (exit 1 if it no longer
     matches its digest)."""

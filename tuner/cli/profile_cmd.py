@@ -10,6 +10,7 @@ import typer
 from safety.bounds import MAX_PROBATION_S
 from tuner.cli.common import invoke, settings
 from tuner.cli.numbers import finite
+from tuner.cli.tables import csv_option
 
 
 def _print_json(res: Any) -> None:
@@ -29,7 +30,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(profile_app, name="profile")
 
     @profile_app.command("list")
-    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json")) -> None:
+    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Shipped and local profiles, and whether each matches this host."""
 
         res = invoke(settings(ctx), "profile_list")
@@ -52,26 +53,27 @@ def register(app: typer.Typer) -> None:
         Console().print(t)
 
     @profile_app.command("show")
-    def show_cmd(ctx: typer.Context, profile: str,
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+    def show_cmd(ctx: typer.Context,
+                 profile: str = typer.Argument(..., metavar="PROFILE",
+                                               help="Profile name (see `profile list`) or a YAML file."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 as_csv: bool = csv_option()) -> None:
         """A profile with its includes resolved (each value with the file and line it comes from)."""
+        from tuner.cli.tables import print_table
 
         res = invoke(settings(ctx), "profile_show", profile=profile)
         if as_json:
             return _print_json(res)
+        rows = [[k["key"], _v(k["value"]), f"{k['file']}:{k['line']}"] for k in res["knobs"]]
+        if as_csv:
+            return print_table(["knob", "value", "from"], rows, as_csv=True)
         from rich.console import Console
-        from rich.table import Table
 
         c = Console()
         c.print(f"[bold]{res['name']}[/] ({res['path']}): {res['description']}")
         c.print(f"chain: {' -> '.join(res['chain'])}")
         c.print(f"match: {json.dumps({k: v for k, v in res['match'].items() if v is not None})}")
-        t = Table()
-        for col in ("knob", "value", "from"):
-            t.add_column(col)
-        for k in res["knobs"]:
-            t.add_row(k["key"], _v(k["value"]), f"{k['file']}:{k['line']}")
-        c.print(t)
+        print_table(["knob", "value", "from"], rows)
         if res.get("kernels"):
             c.print(f"kernels: {json.dumps(res['kernels'])[:200]}")
         prov = {k: v for k, v in res["provenance"].items() if v is not None}
@@ -79,9 +81,10 @@ def register(app: typer.Typer) -> None:
             c.print(f"provenance: {json.dumps(prov)}")
 
     @profile_app.command("diff")
-    def diff_cmd(ctx: typer.Context, a: str,
-                 b: Optional[str] = typer.Argument(None, help="Second profile (default: this host's current values)."),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+    def diff_cmd(ctx: typer.Context,
+                 a: str = typer.Argument(..., metavar="PROFILE", help="First profile (name or YAML file)."),
+                 b: Optional[str] = typer.Argument(None, metavar="OTHER", help="Second profile (default: this host's current values)."),
+                 as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """Differences knob by knob (exit 1 when they differ, like diff(1))."""
 
         res = invoke(settings(ctx), "profile_diff", a=a, b=b)
@@ -103,7 +106,7 @@ def register(app: typer.Typer) -> None:
                    name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
                    kernels: Optional[Path] = typer.Option(None, "--kernels", help="Carry this dispatch table (JSON) as the profile's kernels."),
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """A self-contained YAML profile (includes flattened), or this host's current values.
         Stored kernel sources its kernels name (src:<sha256>) are bundled, so `apply` on
         another host can verify and install them."""
@@ -117,8 +120,11 @@ def register(app: typer.Typer) -> None:
             print(res["yaml"], end="")
 
     @app.command("verify")
-    def verify_cmd(ctx: typer.Context, profile: str,
-                   as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    def verify_cmd(ctx: typer.Context,
+                   profile: str = typer.Argument(..., metavar="PROFILE",
+                                                 help="Profile name (see `profile list`) or a YAML file."),
+                   as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                   as_csv: bool = csv_option()) -> None:
         """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot.
         Exit 1 when something drifted."""
 
@@ -126,32 +132,60 @@ def register(app: typer.Typer) -> None:
         if as_json:
             _print_json(res)
         else:
-            _print_items(res, f"verify {res['profile']}")
-            for m in res["match"]:
+            _print_items(res, f"verify {res['profile']}", as_csv=as_csv)
+            for m in ([] if as_csv else res["match"]):
                 print(f"note: profile does not match this host: {m}")
+            if not as_csv:
+                bad = [it.get("knob") or it["key"] for it in res["knobs"]
+                       if it["status"] in ("drifted", "error")]
+                print(f"profile {res['profile']} is in force" if not bad else
+                      f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` puts them back")
         if not res["ok"]:
             raise typer.Exit(1)
 
     @app.command("apply")
-    def apply_cmd(ctx: typer.Context, profile: str,
+    def apply_cmd(ctx: typer.Context,
+                  profile: str = typer.Argument(..., metavar="PROFILE",
+                                                help="Profile name (see `profile list`) or a YAML file."),
                   dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
                   probation: Optional[float] = typer.Option(None, "--probation", min=0, callback=finite(0, MAX_PROBATION_S),
+                                                            metavar="SECONDS",
                                                             help="Seconds of probation (default: the policy's)."),
-                  policy: Optional[Path] = typer.Option(None, "--policy", help="Allowed-change list (YAML)."),
+                  policy: Optional[Path] = typer.Option(None, "--policy", metavar="FILE",
+                                                        help="Allowed-change list (YAML; default: "
+                                                             "/etc/metaltune/policy.yaml if present, "
+                                                             "else the shipped default policy)."),
                   force: bool = typer.Option(False, "--force", help="Apply even if match: rules fail."),
-                  as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+                  no_wait: bool = typer.Option(False, "--no-wait",
+                                               help="Return once the change is in probation; the "
+                                                    "probation goes on in the background "
+                                                    "(`metaltune confirm` ends it early)."),
+                  as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                  as_csv: bool = csv_option()) -> None:
         """Apply a profile through a safety transaction (policy, journal, probation, rollback)."""
+        from tuner.cli.probation_view import ProbationView
+        from tuner.ops.safety import APPLY_LABEL
 
-        res = invoke(settings(ctx), "apply", profile=profile, dry_run=dry_run,
-                         probation_s=probation, force=force,
-                         policy=str(policy) if policy else None)
+        s = settings(ctx)
+        args = dict(profile=profile, dry_run=dry_run, probation_s=probation, force=force,
+                    policy=str(policy) if policy else None, no_wait=no_wait)
+        if dry_run or as_json or no_wait:
+            res = invoke(s, "apply", **args)
+        else:
+            with ProbationView(s, APPLY_LABEL):
+                res = invoke(s, "apply", **args)
         if as_json:
             return _print_json(res)
         _print_items(res, f"apply {res['profile']}" + (" (dry run)" if dry_run else ""),
-                     items_key="plan")
-        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
+                     items_key="plan", as_csv=as_csv)
+        if as_csv:
+            return
         for m in res.get("match") or []:
             print(f"note: profile does not match this host: {m}")
+        if res.get("refused"):  # a dry run (a real apply raised): what apply would say
+            print("apply would be refused:\n" + res["refused"])
+            return
+        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
         if res.get("note"):
             print(res["note"])
         k = res.get("kernels")
@@ -160,18 +194,19 @@ def register(app: typer.Typer) -> None:
                   + (f" -> {k['table']}" if k.get("table") else " (checked)") + "; sources: "
                   + (", ".join(f"src:{s['sha256'][:12]} ({s['from']}, digest verified)"
                                for s in k["sources"]) or "none"))
+        if not dry_run:
+            print(f"next: `metaltune status` names the active profile; `metaltune verify "
+                  f"{res['profile']}` checks the host against it")
 
 
-def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs") -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
+                 as_csv: bool = False) -> None:
+    from tuner.cli.tables import print_table
 
-    t = Table(title=title)
     cols = ["knob", "status", "current", "wanted", "effect", "from"]
     if items_key == "plan":
         cols.insert(5, "policy")
-    for c in cols:
-        t.add_column(c)
+    rows = []
     for it in res[items_key]:
         st = it["status"]
         row = [it.get("knob") or it["key"], f"[{STATUS_STYLE.get(st, '')}]{st}[/]",
@@ -179,12 +214,14 @@ def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs") -> N
                _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}"]
         if items_key == "plan":
             pol = it.get("policy", "")
-            row.insert(5, pol.split(":")[0] + (f" ({pol.split(':')[1].strip()})" if ":" in pol else ""))
+            row.insert(5, pol.split(":")[0] + (f" ({pol.split(':', 1)[1].strip()})" if ":" in pol else ""))
         if st in ("unsupported", "error") and it.get("reason"):
-            row[2] = it["reason"][:60]
-        t.add_row(*row)
-    import shutil
-
-    c = Console(width=max(shutil.get_terminal_size((160, 24)).columns, 140))
-    c.print(t)
-    c.print("summary: " + ", ".join(f"{k} {v}" for k, v in sorted(res["summary"].items())))
+            row[2] = it["reason"]
+        rows.append(row)
+    print_table(cols, rows, title=title, as_csv=as_csv)
+    if as_csv:
+        return
+    line = "summary: " + ", ".join(f"{k} {v}" for k, v in sorted(res["summary"].items()))
+    if res.get("policy_summary"):
+        line += "; policy: " + ", ".join(f"{k} {v}" for k, v in sorted(res["policy_summary"].items()))
+    print(line)

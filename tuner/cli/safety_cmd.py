@@ -1,12 +1,17 @@
-"""`metaltune status | confirm | rollback | recover`: the safety journal from the command line."""
+"""`metaltune status | confirm | rollback | recover | quarantine`: the safety journal from the
+command line."""
 from __future__ import annotations
 
 import json
 import time
 
+from typing import Optional
+
 import typer
 
 from tuner.cli.common import invoke, settings
+from tuner.cli.tables import csv_option, print_table
+from tuner.errors import BadInput
 
 
 def _fmt(v: object) -> str:
@@ -18,46 +23,89 @@ def register(app: typer.Typer) -> None:
     def status_cmd(
         ctx: typer.Context,
         as_json: bool = typer.Option(False, "--json", help="Print JSON (baseline, current, pending, incidents)."),
-        incidents: int = typer.Option(10, "--incidents", min=0, help="Show the last N incidents."),
+        as_csv: bool = csv_option(),
+        incidents: int = typer.Option(10, "--incidents", min=0, metavar="N", help="Show the last N incidents."),
     ) -> None:
-        """Baseline, current values, the pending change and the last incidents."""
+        """The active profile, staged values, baseline and current values, the pending change
+        and the last incidents."""
 
         res = invoke(settings(ctx), "status", incidents=incidents)
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return
-        from rich.console import Console
-        from rich.table import Table
-
-        con = Console()
-        t = Table(title="knobs")
-        for col in ("knob", "baseline", "current"):
-            t.add_column(col)
         names = sorted(set(res["baseline"]) | set(res["current"]))
+        rows = []
         for n in names:
             b, c = res["baseline"].get(n), res["current"].get(n)
             mark = "" if n not in res["baseline"] or b == c else " *"
-            t.add_row(n, _fmt(b) if n in res["baseline"] else "", _fmt(c) + mark)
-        con.print(t)
+            rows.append([n, _fmt(b) if n in res["baseline"] else "", _fmt(c) + mark])
+        if as_csv:
+            return print_table(["knob", "baseline", "current"], rows, as_csv=True)
+        ap = res.get("active_profile")
+        print(f"active profile: {ap['name']} (transaction {ap['txn']}; `metaltune verify {ap['name']}` "
+              "checks it is still in force)" if ap else "active profile: none")
+        print_table(["knob", "baseline", "current"], rows, title="knobs (* = changed from baseline)")
+        for s in res.get("staged") or []:
+            print(f"staged: {s['knob']} = {_fmt(s['staged'])} (now {_fmt(s['current'])}; takes effect "
+                  f"on the next {s['takes_effect'].replace('_', ' ')})")
         p = res["pending"]
         if p is None:
-            con.print("pending: none")
+            print("pending: none")
         else:
             rem = f", {p['remaining_s']:.0f}s left" if p.get("remaining_s") is not None else ""
-            con.print(f"pending: transaction {p['txn']} [bold]{p['label']}[/] ({p['state']}{rem});"
-                      " `metaltune confirm` keeps it, `metaltune rollback` undoes it")
+            print(f"pending: transaction {p['txn']} {p['label']} ({p['state']}{rem});"
+                  " `metaltune confirm` keeps it, `metaltune rollback` undoes it")
             for c in p["changes"]:
-                con.print(f"  {c['knob']}: {_fmt(c['before'])} -> {_fmt(c['after'])} ({c['state']})")
+                print(f"  {c['knob']}: {_fmt(c['before'])} -> {_fmt(c['after'])} ({c['state']})")
         if res["incidents"]:
-            it = Table(title="last incidents")
-            for col in ("time", "severity", "type", "gpu", "detail", "transaction"):
-                it.add_column(col)
-            for i in res["incidents"]:
-                it.add_row(time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i["time"])),
-                           i["severity"], i["type"], _fmt(i["gpu"]), i["detail"], _fmt(i["txn_id"]))
-            con.print(it)
+            print_table(["time", "severity", "type", "gpu", "detail", "transaction"],
+                        [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i["time"])),
+                          i["severity"], i["type"], _fmt(i["gpu"]), i["detail"], _fmt(i["txn_id"])]
+                         for i in res["incidents"]], title="last incidents", name_column=2)
         if res.get("quarantine"):
-            con.print(f"quarantined candidates: {res['quarantine']}")
+            print(f"quarantined candidates: {res['quarantine']} (`metaltune quarantine list`)")
+
+    quarantine_app = typer.Typer(help="Candidates never tried again after a fatal incident.",
+                                 no_args_is_help=True)
+    app.add_typer(quarantine_app, name="quarantine")
+
+    @quarantine_app.command("list")
+    def quarantine_list_cmd(ctx: typer.Context,
+                            as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                            as_csv: bool = csv_option()) -> None:
+        """Quarantined change sets: the id to clear, when, why, the transaction and its values."""
+        res = invoke(settings(ctx), "quarantine_list")
+        if as_json:
+            print(json.dumps(res, indent=2, default=str))
+            return
+        rows = [[str(q["id"]), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(q["time"])),
+                 _fmt(q["txn"]), q["reason"],
+                 ", ".join(f"{k}={_fmt(v)}" for k, v in (q["knobs"] or {}).items()) or q["key"]]
+                for q in res["quarantine"]]
+        if as_csv or rows:
+            print_table(["id", "time", "transaction", "reason", "values"], rows,
+                        title="quarantine", as_csv=as_csv, name_column=4)
+        if not as_csv:
+            print("nothing is quarantined" if not rows else
+                  "`metaltune quarantine clear ID` lets a change set be tried again")
+
+    @quarantine_app.command("clear")
+    def quarantine_clear_cmd(ctx: typer.Context,
+                             items: Optional[list[int]] = typer.Argument(
+                                 None, metavar="[ID]...", help="Entries to clear (ids from `quarantine list`)."),
+                             all_: bool = typer.Option(False, "--all", help="Clear every entry."),
+                             as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Let quarantined change sets be tried again (journalled as the operator's decision)."""
+        if items and all_:
+            raise BadInput("quarantine clear: give ids or --all, not both")
+        res = invoke(settings(ctx), "quarantine_clear", items=items or None, all=all_)
+        if as_json:
+            print(json.dumps(res, indent=2, default=str))
+            return
+        for q in res["cleared"]:
+            print(f"cleared quarantine #{q['id']} (was: {q['reason']})")
+        if not res["cleared"]:
+            print("nothing was quarantined")
 
     @app.command("confirm")
     def confirm_cmd(ctx: typer.Context) -> None:

@@ -15,31 +15,48 @@ search_app = typer.Typer(help="Run a verified search.", no_args_is_help=True)
 @search_app.command("host")
 def search_host_cmd(
     ctx: typer.Context,
-    budget: int = typer.Option(30, "--budget", help="Trials to run."),
+    budget: int = typer.Option(30, "--budget", min=1, metavar="N", help="Trials to run."),
     proposer: str = typer.Option("optuna", "--proposer", help="random|grid|coordinate|optuna|llm"),
-    policy: Optional[str] = typer.Option(None, "--policy", help="Policy YAML (default: the shipped conservative one)."),
+    policy: Optional[str] = typer.Option(None, "--policy", metavar="FILE", help="Policy YAML (default: the shipped conservative one); proposals stay inside it."),
     knobs: Optional[list[str]] = typer.Option(None, "--knob", help="Knob name or glob; repeatable."),
-    seed: int = typer.Option(0, "--seed"),
-    repeats: int = typer.Option(3, "--repeats", help="Interleaved A/B pairs per trial."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the proposer."),
+    rounds: int = typer.Option(3, "--rounds", min=1, metavar="N", help="Interleaved A/B pairs per trial."),
     workload: Optional[str] = typer.Option(None, "--workload", help="sim | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
-    timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), help="Per measurement."),
-    as_json: bool = typer.Option(False, "--json"),
+    timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), metavar="SECONDS", help="Per measurement."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Search host settings: propose, gate, apply in a safety transaction, A/B against the
-    incumbent, keep or roll back."""
+    """Search host settings: propose (inside the policy), gate, apply in a safety transaction,
+    A/B against the incumbent, keep or roll back."""
 
     # through the daemon when one runs (it holds the writer lock and starts the search in a
     # child process); otherwise in this process
     res = invoke(settings(ctx), "search_host", budget=budget, proposer=proposer, policy=policy,
-                     knobs=knobs, seed=seed, repeats=repeats, workload=workload,
+                     knobs=knobs, seed=seed, repeats=rounds, workload=workload,
                      metric_regex=metric_regex, timeout_s=timeout_s)
     if as_json:
         print(json.dumps(res, indent=2, default=str))
-    else:
-        from rich.console import Console
+        return
+    _print_host_result(res)
 
-        Console().print(res)
+
+def _print_host_result(res: dict) -> None:
+    from tuner.cli.tables import print_table
+
+    rej = ", ".join(f"{n} {why}" for why, n in sorted(res.get("rejected", {}).items())) or "none"
+    print(f"run {res['run_id']}: {res['trials']} trials in {res['seconds']:.0f}s: {res['kept']} kept, "
+          f"{res['reverted']} reverted, {res['rolled_back']} rolled back; rejected: {rej}")
+    names = sorted(set(res["start"]) | set(res["best_settings"]))
+    rows = [[n, _val(res["start"].get(n)), _val(res["best_settings"].get(n))
+             + ("" if res["start"].get(n) == res["best_settings"].get(n) else " *")] for n in names]
+    print_table(["knob", "start", "best"], rows, title="settings (* = changed; in force now)")
+    if isinstance(res.get("baseline"), (int, float)):
+        print(f"baseline (start settings): {res['baseline']:.4g}")
+    print("`metaltune trials` lists each trial; `metaltune profile export --from-host` saves the result")
+
+
+def _val(v: object) -> str:
+    return "-" if v is None else json.dumps(v) if not isinstance(v, str) else v
 
 
 @search_app.command("mixed")
@@ -51,7 +68,7 @@ def search_mixed_cmd(
     knobs: Optional[list[str]] = typer.Option(None, "--knob", help="Knob name or glob; repeatable; 'none': no host knobs."),
     families: Optional[list[str]] = typer.Option(None, "--family", help="Kernel family; repeatable (default: every family the workload calls); 'none': no kernels."),
     runtime: Optional[bool] = typer.Option(None, "--runtime/--no-runtime", help="Search runtime settings (llama: CUDA graphs, fused projections, attention; hf: compile, metaltune); default: on for llama and hf workloads."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed for the proposer."),
     rounds: int = typer.Option(3, "--rounds", help="Interleaved A/B pairs per trial."),
     repeats: int = typer.Option(3, "--repeats", help="Repeats inside each measurement."),
     max_choices: int = typer.Option(6, "--max-choices", help="Values per kernel slot, torch included."),
@@ -60,7 +77,7 @@ def search_mixed_cmd(
     workload: Optional[str] = typer.Option(None, "--workload", help="sim-llama (sim host default) | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | sim | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
     timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), help="Per measurement."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search host settings, runtime settings and kernel choices together: each candidate is
     gated (policy, kernel judge), applied (host in a safety transaction, kernels in the dispatch

@@ -18,14 +18,14 @@ def register(app: typer.Typer) -> None:
 
 @sim_app.command("init")
 def init(
-    root: Path = typer.Argument(..., help="Folder for the simulated host (new or empty)."),
+    root: Path = typer.Argument(..., metavar="DIR", help="Folder for the simulated host (new or empty)."),
     sku: str = typer.Option("h200", "--sku", help="h200 or rtx4090."),
     vm: bool = typer.Option(False, "--vm", help="A cloud VM: host settings read-only."),
     gpus: int = typer.Option(1, "--gpus", help="Number of GPUs (1..8)."),
     seed: int = typer.Option(0, "--seed", help="Seeds UUIDs, chip margins and measurement noise."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Create a simulated host in ROOT."""
+    """Create a simulated host in DIR."""
     from tuner.sim.hostinit import init_host
 
     r = init_host(root, sku, vm=vm, gpus=gpus, seed=seed)
@@ -34,11 +34,14 @@ def init(
         print(json.dumps({"root": str(r), **info}))
     else:
         print(f"simulated {info['marketing_name']} host x{gpus}{' (vm)' if vm else ''} in {r}")
+        prof = {"h200": "h200", "rtx4090": "rtx4090"}.get(sku, sku)
+        print(f"next: export METALTUNE_BACKEND=sim METALTUNE_SIM_ROOT={r.resolve()} (and "
+              f"METALTUNE_STATE_DIR=DIR unless you are root), then `metaltune apply {prof} --dry-run`")
 
 
 @sim_app.command("inject")
 def inject(
-    root: Path = typer.Argument(..., help="A simulated host folder."),
+    root: Path = typer.Argument(..., metavar="DIR", help="A simulated host folder."),
     event: str = typer.Argument(..., help="xid N, ecc-sbe [N], ecc-dbe [N], thermal, power-brake, "
                                           "hang, pcie-replay N, aer-correctable|aer-nonfatal|"
                                           "aer-fatal [N], busy [PID], idle, clear"),
@@ -57,7 +60,7 @@ def inject(
 @sim_app.command("show")
 def show(
     root: Path = typer.Argument(..., help="A simulated host folder."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a simulated host's device state, sensors, counters and the model's view of it."""
     _require_host(root)

@@ -148,8 +148,12 @@ def _load_policy(policy: Optional[str]) -> Any:
 
 @operation("apply")
 def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optional[float] = None,
-          force: bool = False, policy: Optional[str] = None) -> dict[str, Any]:
+          force: bool = False, policy: Optional[str] = None, no_wait: bool = False) -> dict[str, Any]:
+    """`no_wait`: return once the change is in probation; the probation goes on in the
+    background (confirmed when it passes, rolled back on an incident; `metaltune confirm` ends
+    it early)."""
     from tuner import profiles
+    from tuner.ops import refusals
 
     if probation_s is not None:  # the CLI's --probation and a socket request's probation_s
         probation_s = _probation(probation_s)
@@ -166,10 +170,18 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
                                   + "; ".join(why) + " (--force applies it anyway)")
         pol = _load_policy(policy)
         changes = {it["knob"]: it["wanted"] for it in items if it["status"] == "drifted"}
+        denied = []
         for it in items:
             if it["status"] == "drifted":
                 r = pol.check(knobs[it["knob"]], it.get("current"), it["wanted"])
                 it["policy"] = "allowed" if r is None else f"denied: {r.rule}: {r.failed}"
+                if r is not None:
+                    denied.append(r)
+        quarantine = _quarantined(settings, changes) if changes else None
+        if quarantine is not None:
+            for it in items:
+                if it.get("policy") == "allowed":
+                    it["policy"] = f"quarantined: #{quarantine['id']} {quarantine['reason']}"
         from tuner.ops import profile_kernels
 
         kplan = profile_kernels.check(prof, Path(settings.state_dir))  # digests, before any write
@@ -177,7 +189,14 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
             profile_kernels.judge(prof, Path(settings.state_dir), kplan)
         res: dict[str, Any] = {"profile": prof.name, "path": prof.path, "host": _hw_brief(hw),
                                "match": why, "dry_run": dry_run, "policy": pol.source,
-                               "changes": changes, "plan": items, "summary": _summary(items)}
+                               "changes": changes, "plan": items, "summary": _summary(items),
+                               "policy_summary": _policy_summary(items)}
+        if denied:
+            res["refused"] = refusals.policy_message(prof.name, denied, pol.source)
+        elif quarantine is not None:
+            res["refused"] = refusals.quarantine_message(prof.name, quarantine)
+        if res.get("refused") and not dry_run:  # before any write, and before a probation starts
+            raise OperationFailed(res["refused"])
         if kplan is not None:
             res["kernels"] = {k: v for k, v in kplan.items() if k != "table"}
             # the table is a change like a knob's: policy, journal, probation, rollback
@@ -186,10 +205,13 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
                 changes = dict(changes, **{profile_kernels.KNOB: table})
         if dry_run or not changes:
             res["result"] = "dry run: nothing written" if dry_run else "nothing to change"
+            if not dry_run:  # the profile is in force all the same: `status` names it
+                res["note"] = _record_in_force(settings, prof.name)
         else:
             if kplan is not None:  # sources first: the table only names what the store has
                 res["kernels"] = profile_kernels.install(prof, settings.ensure_state_dir(), kplan)
-            res.update(_transaction(settings, prof, knobs, changes, pol, probation_s, host))
+            res.update(_transaction(settings, prof, knobs, changes, pol, probation_s, host,
+                                    no_wait=no_wait))
         return res
     finally:
         host.close()
@@ -205,32 +227,88 @@ def _probation(value: Any) -> float:
         raise BadInput(str(e)) from None
 
 
-def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[str, Any],
-                 pol: Any, probation_s: Optional[float], host: Any) -> dict[str, Any]:
-    from safety import Journal, Transaction
+def _policy_summary(items: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for it in items:
+        if it.get("policy"):
+            k = it["policy"].split(":")[0]
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def _quarantined(settings: Any, changes: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The quarantine entry of exactly this change set (what the transaction would refuse)."""
+    from safety.transaction import candidate_key
+    from tuner.ops.safety import journal_to_read
+
+    j = journal_to_read(settings)
+    if j is None:
+        return None
+    try:
+        return j.is_quarantined(candidate_key(changes))
+    finally:
+        j.close()
+
+
+def _record_in_force(settings: Any, name: str) -> str:
+    """Journal that the profile is in force; "" or why it could not be (the apply changed
+    nothing, so a state dir it cannot write does not fail it)."""
     from safety.errors import SafetyError
+    from tuner.ops.safety import APPLY_LABEL, journal_for
+
+    try:
+        j = journal_for(settings)
+        try:
+            j.record(f"{APPLY_LABEL}{name}", "nothing to change: the host already had every value")
+        finally:
+            j.close()
+    except (MetaltuneError, SafetyError, OSError) as e:
+        return f"not journalled as the active profile: {e}"
+    return ""
+
+
+def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[str, Any],
+                 pol: Any, probation_s: Optional[float], host: Any,
+                 no_wait: bool = False) -> dict[str, Any]:
+    from safety import Journal, Transaction
+    from safety.errors import PolicyDenied, Quarantined, SafetyError
+    from tuner.ops import probation, refusals
+    from tuner.ops.safety import APPLY_LABEL
 
     state = settings.ensure_state_dir()
     journal = Journal.in_state_dir(state)
     monitors = _monitors(host, knobs)
     watch = float(probation_s) if probation_s is not None else float(pol.probation_for(list(changes)))
-    # The transaction's deadline is the watchdog's: it rolls back if we have not confirmed by
-    # then (we died or hung). So we watch for the probation and confirm inside a grace period.
-    grace = max(2.0, 0.1 * watch)
     txn = Transaction(journal, knobs, changes, policy=pol, monitors=monitors,
-                      probation_s=watch + grace, label=f"apply profile {prof.name}")
-    try:
-        txn.begin()
-        end = time.monotonic() + watch
-        while (left := end - time.monotonic()) > 0:
-            txn.check()
-            time.sleep(min(0.5, max(0.01, left)))
-        txn.confirm(f"profile {prof.name}: {watch:g}s probation passed")
-    except SafetyError as e:
-        err = BadInput if getattr(e, "exit_code", 1) == 2 else OperationFailed
-        raise err(f"apply {prof.name}: {e}") from None
-    finally:
-        journal.close()
+                      probation_s=watch + probation.grace(watch), label=f"{APPLY_LABEL}{prof.name}")
+
+    def body(started: Optional[probation.Started]) -> str:
+        try:
+            txn.begin()
+            if started is not None:
+                started({"result": "in probation", "transaction": txn.id, "probation_s": watch,
+                         "confirm_by": time.time() + watch})
+            return probation.wait(txn, watch, f"profile {prof.name}: {watch:g}s probation passed")
+        except PolicyDenied as e:  # rate limits are counted from the journal, here
+            if isinstance(e, Quarantined) or not getattr(e, "refusals", None):
+                raise OperationFailed(f"apply {prof.name}: {e}") from None
+            raise OperationFailed(refusals.policy_message(prof.name, e.refusals, pol.source)) from None
+        except SafetyError as e:
+            err = BadInput if getattr(e, "exit_code", 1) == 2 else OperationFailed
+            raise err(f"apply {prof.name}: {e}") from None
+        finally:
+            journal.close()
+
+    if no_wait:
+        try:
+            started = probation.detach(body)
+        finally:
+            journal.close()  # this thread's connection; the background opens its own
+        return {**started, "after": {}, "pending_reboot": [],
+                "note": f"probation goes on in the background for {watch:g}s: kept when it "
+                        "passes, rolled back on an incident; `metaltune confirm` keeps it now, "
+                        "`metaltune rollback` undoes it, `metaltune status` shows it"}
+    how = body(None)
     after = {}
     for n in changes:
         k = knobs[n]
@@ -241,7 +319,7 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
         except MetaltuneError as e:
             after[n] = {"error": str(e)}
     pend = [n for n, a in after.items() if a.get("pending") is not None]
-    return {"result": "applied", "transaction": txn.id, "after": after,
+    return {"result": "applied", "transaction": txn.id, "after": after, "confirmed": how,
             "pending_reboot": pend,
             "note": ("staged until the next reboot/driver reload: " + ", ".join(pend)) if pend else ""}
 

@@ -88,9 +88,89 @@ def status(settings: Any, incidents: Count = 10) -> dict[str, Any]:
     j = journal_to_read(settings)
     if j is None:  # nothing was ever changed: do not create a state dir for a read
         cur = st(_EmptyJournal(), knobs, incidents)
-        return {**cur, "journal": None}
+        return {**cur, "journal": None, "active_profile": None, "staged": staged(knobs)}
     with translate():
-        return {**st(j, knobs, incidents), "journal": str(j.path)}
+        return {**st(j, knobs, incidents), "journal": str(j.path),
+                "active_profile": active_profile(j), "staged": staged(knobs)}
+
+
+#: the label an applied profile's transaction carries (tuner.ops.profile), read back by status
+APPLY_LABEL = "apply profile "
+#: operator resets after which no profile is in force any more
+_RESETS = ("rollback to baseline", "recover --from-defaults", "baseline")
+
+
+def active_profile(journal: Any) -> Optional[dict[str, Any]]:
+    """The profile in force, as `tuned-adm active` reports it: the last applied profile whose
+    transaction was confirmed, unless a rollback to baseline or a reset came after it."""
+    for t in journal.txns(200):  # newest first
+        label = t["label"] or ""
+        if t["state"] == "confirmed" and label.startswith(APPLY_LABEL):
+            return {"name": label[len(APPLY_LABEL):].split(" ")[0], "txn": t["id"],
+                    "since": t["updated"] if "updated" in t else t["created"]}
+        if t["state"] == "confirmed" and label.startswith(_RESETS):
+            return None
+    return None
+
+
+def staged(knobs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Values written but not yet in force: BIOS attributes waiting for a reboot (or a BMC
+    reset), driver module options waiting for a reload."""
+    out = []
+    for n, k in sorted(knobs.items()):
+        if not hasattr(k, "pending"):
+            continue
+        try:
+            p = k.pending()
+            if p is None:
+                continue
+            cur = k.read()
+        except Exception:  # noqa: BLE001 - an unreadable knob is shown by `current` already
+            continue
+        eff = getattr(k, "effect", None)
+        out.append({"knob": n, "current": cur, "staged": p,
+                    "takes_effect": getattr(eff, "value", eff) or "reboot"})
+    return out
+
+
+@operation("quarantine_list")
+def quarantine_list(settings: Any, **_: Any) -> dict[str, Any]:
+    """Candidates never tried again after a fatal incident (Xid, ECC, hang) during their probation."""
+    j = journal_to_read(settings)
+    rows = [] if j is None else j.quarantined()
+    return {"quarantine": [_q_row(r) for r in rows]}
+
+
+def _q_row(r: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    try:
+        knobs = json.loads(r["key"]).get("knobs")
+    except (ValueError, AttributeError):
+        knobs = None
+    return {"id": r["id"], "time": r["time"], "reason": r["reason"], "txn": r["txn_id"],
+            "incident": r["incident_id"], "knobs": knobs, "key": r["key"]}
+
+
+@operation("quarantine_clear")
+def quarantine_clear(settings: Any, items: Optional[list[int]] = None, all: bool = False,
+                     **_: Any) -> dict[str, Any]:
+    """Let quarantined candidates be tried again (the operator's decision, journalled)."""
+    if not items and not all:
+        raise BadInput("quarantine clear: name the entries to clear (their ids from "
+                       "`metaltune quarantine list`) or give --all")
+    j = journal_for(settings, create=False)
+    if j is None:
+        raise OperationFailed("nothing is quarantined (no journal yet)")
+    known = {r["id"] for r in j.quarantined()}
+    missing = sorted(set(items or []) - known)
+    if missing:
+        raise OperationFailed(f"quarantine clear: no entry {', '.join(map(str, missing))}; "
+                              f"quarantined: {', '.join(map(str, sorted(known))) or 'none'}")
+    with translate():
+        gone = j.clear_quarantine(None if all else list(items or []),
+                                  "quarantine cleared by the operator (quarantine clear)")
+    return {"cleared": [_q_row(r) for r in gone]}
 
 
 @operation("confirm")

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from tuner.knobs.base import values_equal
 from tuner.trial import Candidate, Trial
 
 Point = dict[str, Any]
@@ -63,11 +64,26 @@ class SearchSpace:
         return json.dumps([p.get(n) for n in self.names], default=str)
 
     @classmethod
-    def for_knobs(cls, knobs: dict[str, Any], start: Optional[Point] = None) -> "SearchSpace":
+    def for_knobs(cls, knobs: dict[str, Any], start: Optional[Point] = None,
+                  allowed: Optional[Callable[[str, Any, Any], bool]] = None,
+                  current: Optional[Callable[[], dict[str, Any]]] = None,
+                  allowed_now: Optional[Callable[[str, Any, Any], bool]] = None) -> "SearchSpace":
         """One dimension per knob over the domain the device reports (knobs with an empty
-        search domain, e.g. unsupported offsets, are left out)."""
+        search domain, e.g. unsupported offsets, are left out). `allowed(knob, before, value)`
+        (the policy): each dimension keeps only the values allowed from the start (ranges,
+        floors, steps), and a point is valid only if every value is allowed from `current()`
+        (the incumbent, as kept changes move it) by `allowed_now` (default `allowed`; the policy
+        with its journal: a knob at its rate limit stays put), so proposers never draw a refused
+        change."""
         doms = {n: k.limits() for n, k in knobs.items()}
-        dims = [Dim(n, list(d.search_values())) for n, d in doms.items() if d.search_values()]
+        begin = start or {}
+
+        def keep(n: str, v: Any) -> bool:
+            val = doms[n].from_search(v)
+            return allowed is None or values_equal(val, begin.get(n)) or allowed(n, begin.get(n), val)
+
+        dims = [Dim(n, vals) for n, d in doms.items()
+                if (vals := [v for v in d.search_values() if keep(n, v)])]
 
         def to_candidate(p: Point) -> Candidate:
             return Candidate(knobs={n: doms[n].from_search(v) for n, v in p.items()})
@@ -89,7 +105,17 @@ class SearchSpace:
         point = None if start is None else {
             d.name: doms[d.name].to_search(start.get(d.name)) for d in dims
             if doms[d.name].to_search(start.get(d.name)) is not None}
-        return cls(dims, to_candidate, from_candidate, start=point)
+        valid = None
+        now = allowed_now or allowed
+        if now is not None and current is not None:
+            def valid(p: Point) -> bool:
+                cur = current()
+                for n, v in p.items():
+                    val = doms[n].from_search(v)
+                    if not values_equal(val, cur.get(n)) and not now(n, cur.get(n), val):
+                        return False
+                return True
+        return cls(dims, to_candidate, from_candidate, start=point, valid=valid)
 
 
 class Proposer(ABC):

@@ -189,8 +189,14 @@ class OptunaProposer(Proposer):
             return sum(abs(_idx(d, q[d.name]) - _idx(d, p[d.name])) / max(1, len(d.values) - 1)
                        for d in dims)
 
-        best = min(dist(q) for q in cands)
-        return rng.choice([q for q in cands if dist(q) == best])
+        # validity can change during a run (a host knob at its policy rate limit): the points
+        # listed at the start are checked again, nearest first
+        ds = {self.space.key(q): dist(q) for q in cands}
+        best = next((ds[self.space.key(q)] for q in sorted(cands, key=lambda q: ds[self.space.key(q)])
+                     if self.space.is_valid(q)), None)
+        if best is None:
+            return None
+        return rng.choice([q for q in cands if ds[self.space.key(q)] == best and self.space.is_valid(q)])
 
 
 def _idx(d: Dim, v: Any) -> int:

@@ -37,11 +37,16 @@ def domain(knobs: dict[str, Any]) -> Gate:
 
 
 def policy(check: Callable[[str, Any, Any], Optional[str]], current: Callable[[], dict[str, Any]]) -> Gate:
-    """`check(knob, old, new)` returns None when allowed, else the refusal naming the rule."""
+    """`check(knob, old, new)` returns None when allowed, else the refusal naming the rule. A
+    knob the candidate leaves at its current value is not a change (the transaction writes,
+    journals and rate-limits nothing for it), so the policy is not asked about it."""
+    from tuner.knobs.base import values_equal
 
     def gate(c: Candidate) -> GateResult:
         cur = current()
         for name, value in c.knobs.items():
+            if name in cur and values_equal(value, cur[name]):
+                continue
             why = check(name, cur.get(name), value)
             if why:
                 return GateResult(gate="policy", passed=False, code="policy_denied", detail=why)

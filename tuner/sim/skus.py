@@ -1,6 +1,12 @@
 """Simulated GPU models. H200 numbers are real readings (../shared/facts/h200-probe-2026-11-29.json);
 RTX 4090 numbers are its public specs and what NVML reports on one (GeForce: no app clocks, no ECC
 by default, VF offsets supported). Model constants are tuned so the demo's story holds (see model.py).
+
+The H200's limits are the real part's; its thermal and boost behaviour is not (the lent H200 is
+read-only: nothing measured its throughput against power or clocks). `r_thermal` makes sustained
+draw above ~600 W reach the 87 degC slowdown, an under-cooled chassis, so the demo's search finds
+a lower power limit with a pinned clock (+20.5% at 650 W and 1,740 MHz, seed 1). The shipped
+`h200` profile keeps the driver defaults for that reason (host_profiles/h200.yaml says so too).
 """
 from __future__ import annotations
 

@@ -30,19 +30,37 @@ def search_knobs(
     kind: str = "search-host", meta: Optional[dict[str, Any]] = None,
     proposer_kw: Optional[dict[str, Any]] = None,
     on_trial: Optional[Callable[[Trial], None]] = None,
+    within_policy: bool = False,
 ) -> SearchRun:
     """The host search both `search host` and the demo run: the knobs' own domains as the
     space, the current values as the incumbent, trials through `guard` (a SafetyContext) into
-    the trial store in the guard's state dir."""
+    the trial store in the guard's state dir. `within_policy`: the space is cut to what the
+    guard's policy allows (`search host`: no trial spent on a refusal); the demo keeps the
+    whole domain, to show the policy gate refusing."""
     from tuner.proposers import SearchSpace, make
     from tuner.search import loop
     from tuner.search.host.evaluator import HostEvaluator
     from tuner.search.store import TrialStore
 
     start = {n: k.read() for n, k in knobs.items()}
-    space = SearchSpace.for_knobs(knobs, start=start)
+    incumbent = dict(start)
+    allowed = allowed_now = None
+    if within_policy:
+        counted = guard.policy_check_for(knobs)  # with the journal: rate limits too
+
+        def allowed(name: str, before: Any, value: Any) -> bool:
+            return guard.policy.check(knobs[name], before, value) is None  # bounds and steps
+
+        def allowed_now(name: str, before: Any, value: Any) -> bool:
+            return counted(name, before, value) is None
+
+    space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
+                                  current=lambda: incumbent, allowed_now=allowed_now)
+    if not space.dims:
+        raise BadInput("the policy allows no change of " + ", ".join(sorted(knobs))
+                       + f" from the current values ({guard.policy.source})")
     prop = make(proposer, space, seed=seed, budget=budget, **(proposer_kw or {}))
-    ev = HostEvaluator(knobs, workload, guard, repeats=repeats, incumbent=dict(start),
+    ev = HostEvaluator(knobs, workload, guard, repeats=repeats, incumbent=incumbent,
                        timeout_s=timeout_s)
     t0 = time.time()
     base = ev.measure_incumbent(repeats=baseline_repeats)
@@ -79,7 +97,7 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     try:
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,
-            baseline_repeats=max(4, repeats * 2), on_trial=on_trial,
+            baseline_repeats=max(4, repeats * 2), on_trial=on_trial, within_policy=True,
             proposer_kw=host_context(host, guard.policy) if proposer == "llm" else None)
     finally:
         guard.close()

@@ -1,0 +1,122 @@
+"""How `apply` waits out a probation: until its end, or until the journal says the change was
+confirmed (`metaltune confirm`) or rolled back (`metaltune rollback`, the watchdog, an incident)
+from elsewhere, whichever comes first. `detach` runs the wait in the background for
+`apply --no-wait`, so the caller returns as soon as the change is in probation.
+
+The transaction's deadline is the watchdog's: it rolls back if nobody has confirmed by then (the
+caller died or hung). So the caller watches for `watch` seconds and confirms inside a grace
+period after it; `watch_of` recovers `watch` from the journal's probation_s for a viewer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Callable
+
+POLL_S = 0.25
+
+
+def grace(watch: float) -> float:
+    return max(2.0, 0.1 * watch)
+
+
+def watch_of(total: float) -> float:
+    """The inverse of `watch + grace(watch)`: what the caller waits, from the journal's value."""
+    return total / 1.1 if total >= 22.0 else max(0.0, total - 2.0)
+
+
+def wait(txn: Any, watch: float, reason: str) -> str:
+    """Poll the monitors for `watch` seconds, then confirm. Returns who confirmed: "probation
+    passed" or "confirmed elsewhere"; raises the transaction's SafetyError when it was rolled
+    back (here on an incident, or elsewhere)."""
+    end = time.monotonic() + watch
+    while txn.state == "probation" and (left := end - time.monotonic()) > 0:
+        txn.check()  # notices a confirm or a rollback from another process in the journal
+        time.sleep(min(POLL_S, max(0.01, left)))
+    if txn.state == "confirmed":
+        return "confirmed elsewhere"
+    txn.confirm(reason)
+    return "probation passed"
+
+
+Started = Callable[[dict[str, Any]], None]
+
+
+def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
+    """Run `body(started)` in the background and return what it passes to `started` (once the
+    change is in probation); an error raised before that is raised here. Outside the daemon the
+    background is a child process in its own session (it outlives this command and is the
+    transaction's caller, so its watchdog stays armed); inside the daemon, which outlives the
+    request, a thread."""
+    from tuner.daemon.client import NO_DAEMON_ENV
+
+    if os.environ.get(NO_DAEMON_ENV):
+        return _in_thread(body)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the rest of the apply, detached from the terminal
+        code = 0
+        try:
+            os.close(r)
+            os.setsid()
+            dn = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(dn, fd)
+
+            def started(info: dict[str, Any]) -> None:
+                os.write(w, json.dumps({"ok": info}, default=str).encode() + b"\n")
+                os.close(w)  # (the watchdog forked meanwhile still holds a copy: hence the \n)
+
+            body(started)
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
+            code = 1
+            try:
+                os.write(w, json.dumps({"error": str(e), "kind": type(e).__name__,
+                                        "exit_code": getattr(e, "exit_code", 1)}).encode() + b"\n")
+            except OSError:
+                pass  # already reported "started": the journal has the outcome
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while not data.endswith(b"\n") and (chunk := os.read(r, 65536)):  # one line, or EOF
+        data += chunk
+    os.close(r)
+    return _answer(data, pid)
+
+
+def _answer(data: bytes, pid: int) -> dict[str, Any]:
+    from tuner.errors import BadInput, OperationFailed
+
+    try:
+        msg = json.loads(data) if data else {}
+    except ValueError:
+        msg = {}
+    if "ok" in msg:
+        return {**msg["ok"], "background_pid": pid}
+    err = BadInput if msg.get("exit_code") == 2 else OperationFailed
+    raise err(msg.get("error") or f"apply: the background process {pid} ended before probation")
+
+
+def _in_thread(body: Callable[[Started], Any]) -> dict[str, Any]:
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+
+    def started(info: dict[str, Any]) -> None:
+        box["ok"] = info
+        ready.set()
+
+    def run() -> None:
+        try:
+            body(started)
+        except BaseException as e:  # noqa: BLE001 - handed to the request if it is still waiting
+            box.setdefault("error", e)
+            ready.set()
+
+    threading.Thread(target=run, name="apply-probation", daemon=True).start()
+    ready.wait()
+    if "ok" in box:
+        return box["ok"]
+    raise box["error"]
