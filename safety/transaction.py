@@ -13,6 +13,13 @@ Guarantees: nothing reaches a knob before its intent (and the baseline) is commi
 change never reaches a knob; the watchdog (a separate process by default) rolls back at the
 deadline or when the caller dies; a monitor thread rolls back on a fatal incident without waiting
 for the caller; every path ends in the journal as confirmed or rolled_back (with the reason).
+
+The deadline covers the measurement: a transaction that writes nothing to the host (every value
+already in force, or no knob at all: a kernel or runtime trial) has no deadline and no watchdog,
+since there is nothing to undo; and a caller that is still measuring keeps its change alive with
+`check()` when `keepalive_s` is set (each check moves the deadline to at least now + keepalive_s),
+so a trial whose A/B outlasts the probation is judged, not rolled back while it is measured. The
+watchdog still rolls back when the caller dies, or stops checking for keepalive_s (a hang).
 """
 from __future__ import annotations
 
@@ -65,6 +72,7 @@ class Transaction:
         apply_timeout_s: float = 120.0,
         lock_timeout_s: float = 5.0,
         quarantine_on_fatal: bool = True,
+        keepalive_s: Optional[float] = None,
     ):
         self.journal = journal
         self.knobs = knobs
@@ -81,6 +89,7 @@ class Transaction:
         self.apply_timeout_s = apply_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.quarantine_on_fatal = quarantine_on_fatal
+        self.keepalive_s = keepalive_s
 
         self.id: Optional[int] = None
         self.state = "new"  # new -> probation -> confirmed | rolled_back
@@ -90,7 +99,8 @@ class Transaction:
         self.incidents: list[Incident] = []
         self.fatal: Optional[Incident] = None
         self.rollback_result: Optional[dict[str, Any]] = None
-        self.deadline: Optional[float] = None
+        self.deadline: Optional[float] = None  # None: nothing written, nothing for a watchdog to undo
+        self._writes = False
         self._lock = WriterLock(self.state_dir, role="transaction")
         self._mu = threading.RLock()
         self._wd_pid: Optional[int] = None
@@ -118,6 +128,7 @@ class Transaction:
         self._lock.acquire(timeout=self.lock_timeout_s)
         try:
             plan = self._plan(policy)
+            self._writes = bool(plan)
             self._journal_intent(plan)
         except BaseException:
             self._lock.release()
@@ -135,8 +146,10 @@ class Transaction:
             raise
         prob = self._probation(policy)
         # probation 0: no monitoring period, confirm at once; the watchdog still undoes the
-        # change if the caller never confirms (NO_PROBATION_GRACE_S)
-        self.deadline = time.time() + (prob if prob > 0 else NO_PROBATION_GRACE_S)
+        # change if the caller never confirms (NO_PROBATION_GRACE_S). Nothing written: no deadline.
+        if self._writes:
+            self.deadline = time.time() + max(prob if prob > 0 else NO_PROBATION_GRACE_S,
+                                              self.keepalive_s or 0.0)
         _crash.point("probation.start")
         if not self.journal.start_probation(self.id, self.deadline):  # watchdog got there first
             self._finish("rolled_back")
@@ -195,7 +208,8 @@ class Transaction:
         _crash.point("intent.before")
         self.id = self.journal.begin_txn(
             self.label, self.key, plan, plan,
-            deadline=time.time() + self.apply_timeout_s + self._probation(self.policy),
+            deadline=(time.time() + self.apply_timeout_s + self._probation(self.policy)
+                      if plan else None),
             probation_s=self._probation(self.policy))
         _crash.point("intent.after")
 
@@ -212,8 +226,8 @@ class Transaction:
     def _start_watchdog(self) -> None:
         from safety import watchdog as wd
 
-        if self.watchdog_mode == "none":
-            return
+        if self.watchdog_mode == "none" or not self._writes:
+            return  # nothing was written: there is nothing for a watchdog to roll back
         if self.watchdog_mode == "thread":
             self._wd_stop = threading.Event()
             j = Journal(self.journal.path, verify=False)
@@ -313,7 +327,17 @@ class Transaction:
         _crash.point("probation.check")
         new = self._poll()
         self._raise_if_gone()
+        self._keep_alive()
         return new
+
+    def _keep_alive(self) -> None:
+        """The caller is alive and still measuring: the deadline moves to now + keepalive_s."""
+        if not self.keepalive_s or self.deadline is None or self.state != "probation":
+            return
+        want = time.time() + self.keepalive_s
+        if want > self.deadline + self.keepalive_s / 4:  # a journal write per quarter keepalive
+            if self.journal.extend_deadline(self.id, want):
+                self.deadline = want
 
     def _raise_if_gone(self) -> None:
         if self.fatal is not None:

@@ -72,7 +72,7 @@ def run_host_search(
     if not chosen:
         raise BadInput("no searchable knob among --knobs on this host")
     wl = make_workload(host, workload, metric_regex, timeout_s)
-    guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy)
+    guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy, measure_timeout_s=timeout_s)
     try:
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,

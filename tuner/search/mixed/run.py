@@ -165,7 +165,8 @@ def run_mixed_search(
 
     from tuner.search.safety_context import SafetyContext
 
-    guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy)  # BadInput: policy
+    guard = SafetyContext(host, settings.ensure_state_dir(), policy=policy,  # BadInput: policy
+                          measure_timeout_s=timeout_s)
     try:
         res = _run(host, guard, wl, chosen, runtime_dims, slots, start_table, suggestions,
                     budget=budget, proposer=proposer, seed=seed, repeats=repeats, rounds=rounds,
