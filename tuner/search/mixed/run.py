@@ -115,6 +115,9 @@ def run_mixed_search(
         if bad:
             raise BadInput(f"--family: unknown kernel family {bad[0]!r}; expected one of "
                            f"{', '.join(NAMES)} or none")
+    # the user's tables, read and checked before a host or workload is touched
+    start_table = _start_table(table)
+    suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     host = settings.host()
     chosen: dict[str, Any] = {}
     if knobs != [NONE]:
@@ -139,8 +142,6 @@ def run_mixed_search(
         dict(own_dims) if own_dims is not None else
         dict(getattr(llama, "RUNTIME_DIMS", RUNTIME_DIMS)) if llama is not None else {})
 
-    start_table = _start_table(table)
-    suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     slots, notes = [], []
     if fams != [NONE]:
         why = "kernel slots need the llama, sim-llama or hf:<config> workload" if llama is None else _kernels_usable(llama)
