@@ -15,8 +15,9 @@ deadline or when the caller dies; a monitor thread rolls back on a fatal inciden
 for the caller; every path ends in the journal as confirmed or rolled_back (with the reason).
 
 The deadline covers the measurement: a transaction that writes nothing to the host (every value
-already in force, or no knob at all: a kernel or runtime trial) has no deadline and no watchdog,
-since there is nothing to undo; and a caller that is still measuring keeps its change alive with
+already in force, or no knob at all: a kernel or runtime trial) has no deadline in the journal and
+no watchdog, since there is nothing to undo (its caller may still wait out the probation,
+`remaining()`, and an operator's rollback still ends it); and a caller that is still measuring keeps its change alive with
 `check()` when `keepalive_s` is set (each check moves the deadline to at least now + keepalive_s),
 so a trial whose A/B outlasts the probation is judged, not rolled back while it is measured. The
 watchdog still rolls back when the caller dies, or stops checking for keepalive_s (a hang).
@@ -99,8 +100,8 @@ class Transaction:
         self.incidents: list[Incident] = []
         self.fatal: Optional[Incident] = None
         self.rollback_result: Optional[dict[str, Any]] = None
-        self.deadline: Optional[float] = None  # None: nothing written, nothing for a watchdog to undo
-        self._writes = False
+        self.deadline: Optional[float] = None
+        self._writes = False  # False: nothing written, nothing for a deadline or watchdog to undo
         self._lock = WriterLock(self.state_dir, role="transaction")
         self._mu = threading.RLock()
         self._wd_pid: Optional[int] = None
@@ -146,12 +147,13 @@ class Transaction:
             raise
         prob = self._probation(policy)
         # probation 0: no monitoring period, confirm at once; the watchdog still undoes the
-        # change if the caller never confirms (NO_PROBATION_GRACE_S). Nothing written: no deadline.
-        if self._writes:
-            self.deadline = time.time() + max(prob if prob > 0 else NO_PROBATION_GRACE_S,
-                                              self.keepalive_s or 0.0)
+        # change if the caller never confirms (NO_PROBATION_GRACE_S). The caller's probation
+        # (remaining()) runs either way; the journal's deadline, the watchdog's, only when
+        # something was written
+        self.deadline = time.time() + max(prob if prob > 0 else NO_PROBATION_GRACE_S,
+                                          self.keepalive_s or 0.0)
         _crash.point("probation.start")
-        if not self.journal.start_probation(self.id, self.deadline):  # watchdog got there first
+        if not self.journal.start_probation(self.id, self.deadline if self._writes else None):
             self._finish("rolled_back")
             raise ProbationExpired(f"transaction {self.id}: rolled back during apply "
                                    f"({self.journal.txn(self.id)['reason']})")
@@ -336,7 +338,7 @@ class Transaction:
             return
         want = time.time() + self.keepalive_s
         if want > self.deadline + self.keepalive_s / 4:  # a journal write per quarter keepalive
-            if self.journal.extend_deadline(self.id, want):
+            if not self._writes or self.journal.extend_deadline(self.id, want):
                 self.deadline = want
 
     def _raise_if_gone(self) -> None:
@@ -374,7 +376,7 @@ class Transaction:
         self.check()  # an incident seen now still wins over the confirmation
         if self.state == "confirmed":  # confirmed meanwhile by the operator
             return
-        if self.deadline is not None and time.time() > self.deadline and \
+        if self._writes and self.deadline is not None and time.time() > self.deadline and \
                 self._probation(self.policy) > 0:
             # the watchdog may not have acted yet: the deadline is the deadline, not a race
             self._rollback(f"probation_expired: not confirmed within {self._probation(self.policy):g}s")

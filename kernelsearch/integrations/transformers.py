@@ -32,10 +32,11 @@ or under TRITON_INTERPRET=1), or a model with no module it knows.
   and calls the original otherwise.
 
 Module forwards are replaced per instance (an instance attribute over the class's forward: a
-small callable object holding its module, so `copy.deepcopy` of a patched model computes with the
-copy's weights and `torch.save`/pickle work), so other models in the process are untouched, except the rotary wrapper (per modeling module, counted:
-restored when the last patched model of it is unpatched or garbage-collected). Replacement goes through torch custom
-ops (kernelsearch.ops), so `torch.compile(fullgraph=True)` and CUDA graphs see no graph break.
+small callable object holding its module, so `copy.deepcopy` of a patched model computes with
+the copy's weights and `torch.save`/pickle work), so other models in the process are untouched,
+except the rotary wrapper (per modeling module, counted: restored when the last patched model of
+it, or copy of one, is unpatched or garbage-collected). Replacement goes through torch custom ops
+(kernelsearch.ops), so `torch.compile(fullgraph=True)` and CUDA graphs see no graph break.
 
 transformers' own kernel hooks route: `use_kernels(model)` (beside `patch`) hands the `kernels`
 package (0.16.x, the range transformers 5.17 accepts) a mapping from transformers' hub layer
