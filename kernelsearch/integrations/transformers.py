@@ -465,6 +465,8 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
     elif any(cov.values()):
         _nothing(model, "no module of it is one metaltune replaces (RMSNorm, a SiLU-gated MLP, "
                         "rotary embedding, attention of Llama-like models)")
+    elif not tbl.entries:  # torch everywhere, asked for (a search's all-torch incumbent)
+        log.info("metaltune: %s left plain: the table has no entries", type(model).__name__)
     else:
         d = _model_dims(model)
         _nothing(model, f"the table ({tbl.device or 'no device'}) has no entry at its dims and "
