@@ -22,6 +22,14 @@ class TableError(ValueError):
     """A malformed dispatch table: names the field and what was expected."""
 
 
+MAX_TABLE_BYTES = 8 << 20  # a table of every family at every shape is a few hundred KiB
+
+
+def _brief(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
 @dataclass
 class Entry:
     family: str
@@ -87,7 +95,7 @@ class DispatchTable:
         if not isinstance(d, dict):
             raise TableError(f"{where}: expected a mapping with 'entries', got {type(d).__name__}")
         if d.get("version", VERSION) != VERSION:
-            raise TableError(f"{where}.version: expected {VERSION}, got {d.get('version')!r}")
+            raise TableError(f"{where}.version: expected {VERSION}, got {_brief(d.get('version'))}")
         entries = d.get("entries", [])
         if not isinstance(entries, list):
             raise TableError(f"{where}.entries: expected a list")
@@ -100,9 +108,9 @@ class DispatchTable:
                 raise TableError(f"{w}: expected a mapping")
             for k in ("family", "dtype", "variant"):
                 if not isinstance(e.get(k), str):
-                    raise TableError(f"{w}.{k}: expected a string, got {e.get(k)!r}")
+                    raise TableError(f"{w}.{k}: expected a string, got {_brief(e.get(k))}")
             if e["family"] not in NAMES:
-                raise TableError(f"{w}.family: unknown family {e['family']!r}; expected one of "
+                raise TableError(f"{w}.family: unknown family {_brief(e['family'])}; expected one of "
                                  f"{', '.join(NAMES)}")
             fam = get(e["family"])
             sha = source_digest(e["variant"])
@@ -111,41 +119,51 @@ class DispatchTable:
 
                 if not SHA_RE.match(sha):
                     raise TableError(f"{w}.variant: expected src:<sha256> (64 lowercase hex "
-                                     f"digits), got {e['variant']!r}")
+                                     f"digits), got {_brief(e['variant'])}")
             elif e["variant"] not in fam.variants:
-                raise TableError(f"{w}.variant: {e['family']} has no variant {e['variant']!r}; "
+                raise TableError(f"{w}.variant: {e['family']} has no variant {_brief(e['variant'])}; "
                                  f"expected one of {sorted(fam.variants)} or src:<sha256>")
             if e["dtype"] not in fam.dtypes:
-                raise TableError(f"{w}.dtype: expected one of {fam.dtypes}, got {e['dtype']!r}")
+                raise TableError(f"{w}.dtype: expected one of {fam.dtypes}, got {_brief(e['dtype'])}")
             cfg = e.get("config", {})
             if sha is not None:  # a stored source's own parameters: constants only
                 if not isinstance(cfg, dict) or not all(
                         isinstance(k, str) and isinstance(v, (int, str, bool)) for k, v in cfg.items()):
-                    raise TableError(f"{w}.config: expected name: int|str|bool pairs, got {cfg!r}")
+                    raise TableError(f"{w}.config: expected name: int|str|bool pairs, got {_brief(cfg)}")
             else:
                 dims = fam.variants[e["variant"]].dims
                 if not isinstance(cfg, dict) or set(cfg) - set(dims):
                     raise TableError(f"{w}.config: expected keys among {sorted(dims)}, got "
-                                     f"{sorted(cfg) if isinstance(cfg, dict) else cfg!r}")
+                                     f"{_brief(sorted(cfg) if isinstance(cfg, dict) else cfg)}")
                 for k, v in cfg.items():
                     if v not in dims[k]:
-                        raise TableError(f"{w}.config.{k}: expected one of {dims[k]}, got {v!r}")
+                        raise TableError(f"{w}.config.{k}: expected one of {dims[k]}, got {_brief(v)}")
             match = e.get("match", {})
             ranges = e.get("ranges", {})
             if not isinstance(match, dict) or not all(
                     k in fam.shape_dims and isinstance(v, int) for k, v in match.items()):
                 raise TableError(f"{w}.match: expected integer values for dims of "
-                                 f"{fam.shape_dims}, got {match!r}")
+                                 f"{fam.shape_dims}, got {_brief(match)}")
             if not isinstance(ranges, dict) or not all(
                     k in fam.shape_dims and isinstance(r, list) and len(r) == 2
                     and all(isinstance(x, int) for x in r) and r[0] <= r[1]
                     for k, r in ranges.items()):
                 raise TableError(f"{w}.ranges: expected dim: [lo, hi] integer pairs (lo <= hi) "
-                                 f"for dims of {fam.shape_dims}, got {ranges!r}")
+                                 f"for dims of {fam.shape_dims}, got {_brief(ranges)}")
+            sp = e.get("speedup")
+            if sp is not None and (isinstance(sp, bool) or not isinstance(sp, (int, float))):
+                raise TableError(f"{w}.speedup: expected a number, got {_brief(sp)}")
+            meas = e.get("measured", [])
+            if not isinstance(meas, list) or not all(isinstance(m, dict) for m in meas):
+                raise TableError(f"{w}.measured: expected a list of mappings, got {_brief(meas)}")
             out.append(Entry(e["family"], e["dtype"], dict(match),
                              {k: list(r) for k, r in ranges.items()}, e["variant"], dict(cfg),
                              e.get("speedup"), list(e.get("measured", [])),
                              e.get("speedup_vs_library")))
+        if not isinstance(d.get("device", ""), str):
+            raise TableError(f"{where}.device: expected a string, got {_brief(d['device'])}")
+        if not isinstance(d.get("meta", {}), dict):
+            raise TableError(f"{where}.meta: expected a mapping, got {_brief(d['meta'])}")
         return cls(out, str(d.get("device", "")), dict(d.get("meta", {})))
 
     def sources(self) -> list[str]:
@@ -165,11 +183,10 @@ class DispatchTable:
 
     @classmethod
     def load(cls, path: Union[str, Path]) -> "DispatchTable":
+        from safety.inputs import load_json  # regular file, size, UTF-8, depth, no NaN
+
         p = Path(path)
-        try:
-            d = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise TableError(f"{p}: cannot read a dispatch table: {e}") from None
+        d = load_json(p, str(p), limit=MAX_TABLE_BYTES, error=TableError)
         if isinstance(d, dict) and "kernels" in d and "entries" not in d:
             d = d["kernels"]
         return cls.from_dict(d, where=str(p))

@@ -1,5 +1,6 @@
-"""Reading the YAML and TOML files an operator hands metaltune (profiles, policies, inventories,
-the daemon config, bmc.yaml): one loader, so every input gets the same limits and one-line errors.
+"""Reading the YAML, TOML and JSON files an operator hands metaltune (profiles, policies,
+inventories, the daemon config, bmc.yaml, dispatch tables, ceilings): one loader per format, so
+every input gets the same limits and one-line errors.
 
 - Regular files only: opened with O_NONBLOCK (a FIFO never blocks the open) and checked with
   fstat on the open descriptor before a byte is read (a FIFO, device or directory is refused,
@@ -15,12 +16,17 @@ the daemon config, bmc.yaml): one loader, so every input gets the same limits an
   million digits) and NaN or infinity anywhere in a document end in one error too: no input of
   metaltune has a use for a non-finite number, and NaN in a bound silently disables it.
 
+- JSON (`parse_json`, `load_json`): the same file rules; at most `MAX_DEPTH` nesting levels;
+  NaN, Infinity and numbers that overflow to infinity refused; duplicate keys refused (JSON
+  would silently keep the last).
+
 Every error is `error(message)` with a message that names the file (and the line, or the field,
 where known); callers pass their own error class (exit code 2) and a prefix such as "policy".
 """
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import stat
@@ -284,3 +290,66 @@ def load_toml(path: str | os.PathLike[str], name: Optional[str] = None, *,
     name = name or str(path)
     return parse_toml(read_text(path, name, follow_symlinks=follow_symlinks, error=error), name, error)
 
+
+
+# -- JSON -------------------------------------------------------------------------------------
+class _JSONRefused(ValueError):
+    pass
+
+
+def _no_constant(c: str) -> Any:
+    raise _JSONRefused(f"{c} is not a finite number (NaN and infinity are refused)")
+
+
+def _finite(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise _JSONRefused(f"{_short(s)[1:-1]} is not a finite number (it overflows to infinity)")
+    return v
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            raise _JSONRefused(f"duplicate key {_short(k)}")
+        d[k] = v
+    return d
+
+
+def _depth(data: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        node, d = todo.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, d)
+            if d <= MAX_DEPTH:
+                todo.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+def parse_json(text: str, name: str, error: ErrorType = InputError) -> Any:
+    try:
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite,
+                          object_pairs_hook=_no_duplicates)
+    except _JSONRefused as e:
+        raise error(f"{name}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{name}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except RecursionError:  # the C scanner's own guard, far below a stack overflow
+        raise error(f"{name}: not valid JSON: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as e:  # an integer of more digits than int() takes
+        raise error(f"{name}: not valid JSON: {e}") from None
+    if _depth(data) > MAX_DEPTH:
+        raise error(f"{name}: not valid JSON: nested more than {MAX_DEPTH} levels deep")
+    return data
+
+
+def load_json(path: str | os.PathLike[str], name: Optional[str] = None, *, limit: int = MAX_BYTES,
+              follow_symlinks: bool = True, error: ErrorType = InputError) -> Any:
+    """The data of a JSON input file: a regular file (a FIFO is refused, never waited on), at
+    most `limit` bytes, strict UTF-8, within the limits above."""
+    name = name or str(path)
+    return parse_json(read_text(path, name, limit=limit, follow_symlinks=follow_symlinks,
+                                error=error), name, error)

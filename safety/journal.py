@@ -282,7 +282,7 @@ class Journal:
 
     # -- writes: each one a committed (fsynced) transaction ---------------------------------
     def begin_txn(self, label: str, candidate_key: Optional[str], changes: list[dict[str, Any]],
-                  baseline: list[dict[str, Any]], deadline: float, probation_s: float) -> int:
+                  baseline: list[dict[str, Any]], deadline: Optional[float], probation_s: float) -> int:
         """Baseline snapshots (first time only) + the transaction + one intent row per change,
         atomically. `changes`: dicts with knob, identity, effect, before, after."""
         now = time.time()
@@ -317,6 +317,15 @@ class Journal:
         with self._tx() as c:
             n = c.execute("UPDATE txns SET state='probation', deadline=?, updated=? WHERE id=? AND"
                           " state='intent'", (deadline, time.time(), txn_id)).rowcount
+        return n == 1
+
+    def extend_deadline(self, txn_id: int, deadline: float) -> bool:
+        """Move a transaction's deadline later while it is in probation (a caller still measuring
+        it); never earlier, never once it is resolved. False when it is no longer in probation."""
+        with self._tx() as c:
+            n = c.execute("UPDATE txns SET deadline=MAX(deadline, ?), updated=? WHERE id=? AND"
+                          " state='probation' AND deadline IS NOT NULL",
+                          (deadline, time.time(), txn_id)).rowcount
         return n == 1
 
     def confirm(self, txn_id: int, reason: str = "probation passed") -> bool:

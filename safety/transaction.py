@@ -13,6 +13,14 @@ Guarantees: nothing reaches a knob before its intent (and the baseline) is commi
 change never reaches a knob; the watchdog (a separate process by default) rolls back at the
 deadline or when the caller dies; a monitor thread rolls back on a fatal incident without waiting
 for the caller; every path ends in the journal as confirmed or rolled_back (with the reason).
+
+The deadline covers the measurement: a transaction that writes nothing to the host (every value
+already in force, or no knob at all: a kernel or runtime trial) has no deadline in the journal and
+no watchdog, since there is nothing to undo (its caller may still wait out the probation,
+`remaining()`, and an operator's rollback still ends it); and a caller that is still measuring keeps its change alive with
+`check()` when `keepalive_s` is set (each check moves the deadline to at least now + keepalive_s),
+so a trial whose A/B outlasts the probation is judged, not rolled back while it is measured. The
+watchdog still rolls back when the caller dies, or stops checking for keepalive_s (a hang).
 """
 from __future__ import annotations
 
@@ -65,6 +73,7 @@ class Transaction:
         apply_timeout_s: float = 120.0,
         lock_timeout_s: float = 5.0,
         quarantine_on_fatal: bool = True,
+        keepalive_s: Optional[float] = None,
     ):
         self.journal = journal
         self.knobs = knobs
@@ -81,6 +90,7 @@ class Transaction:
         self.apply_timeout_s = apply_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.quarantine_on_fatal = quarantine_on_fatal
+        self.keepalive_s = keepalive_s
 
         self.id: Optional[int] = None
         self.state = "new"  # new -> probation -> confirmed | rolled_back
@@ -91,6 +101,7 @@ class Transaction:
         self.fatal: Optional[Incident] = None
         self.rollback_result: Optional[dict[str, Any]] = None
         self.deadline: Optional[float] = None
+        self._writes = False  # False: nothing written, nothing for a deadline or watchdog to undo
         self._lock = WriterLock(self.state_dir, role="transaction")
         self._mu = threading.RLock()
         self._wd_pid: Optional[int] = None
@@ -118,6 +129,7 @@ class Transaction:
         self._lock.acquire(timeout=self.lock_timeout_s)
         try:
             plan = self._plan(policy)
+            self._writes = bool(plan)
             self._journal_intent(plan)
         except BaseException:
             self._lock.release()
@@ -135,10 +147,13 @@ class Transaction:
             raise
         prob = self._probation(policy)
         # probation 0: no monitoring period, confirm at once; the watchdog still undoes the
-        # change if the caller never confirms (NO_PROBATION_GRACE_S)
-        self.deadline = time.time() + (prob if prob > 0 else NO_PROBATION_GRACE_S)
+        # change if the caller never confirms (NO_PROBATION_GRACE_S). The caller's probation
+        # (remaining()) runs either way; the journal's deadline, the watchdog's, only when
+        # something was written
+        self.deadline = time.time() + max(prob if prob > 0 else NO_PROBATION_GRACE_S,
+                                          self.keepalive_s or 0.0)
         _crash.point("probation.start")
-        if not self.journal.start_probation(self.id, self.deadline):  # watchdog got there first
+        if not self.journal.start_probation(self.id, self.deadline if self._writes else None):
             self._finish("rolled_back")
             raise ProbationExpired(f"transaction {self.id}: rolled back during apply "
                                    f"({self.journal.txn(self.id)['reason']})")
@@ -195,7 +210,8 @@ class Transaction:
         _crash.point("intent.before")
         self.id = self.journal.begin_txn(
             self.label, self.key, plan, plan,
-            deadline=time.time() + self.apply_timeout_s + self._probation(self.policy),
+            deadline=(time.time() + self.apply_timeout_s + self._probation(self.policy)
+                      if plan else None),
             probation_s=self._probation(self.policy))
         _crash.point("intent.after")
 
@@ -212,8 +228,8 @@ class Transaction:
     def _start_watchdog(self) -> None:
         from safety import watchdog as wd
 
-        if self.watchdog_mode == "none":
-            return
+        if self.watchdog_mode == "none" or not self._writes:
+            return  # nothing was written: there is nothing for a watchdog to roll back
         if self.watchdog_mode == "thread":
             self._wd_stop = threading.Event()
             j = Journal(self.journal.path, verify=False)
@@ -313,7 +329,17 @@ class Transaction:
         _crash.point("probation.check")
         new = self._poll()
         self._raise_if_gone()
+        self._keep_alive()
         return new
+
+    def _keep_alive(self) -> None:
+        """The caller is alive and still measuring: the deadline moves to now + keepalive_s."""
+        if not self.keepalive_s or self.deadline is None or self.state != "probation":
+            return
+        want = time.time() + self.keepalive_s
+        if want > self.deadline + self.keepalive_s / 4:  # a journal write per quarter keepalive
+            if not self._writes or self.journal.extend_deadline(self.id, want):
+                self.deadline = want
 
     def _raise_if_gone(self) -> None:
         if self.fatal is not None:
@@ -350,7 +376,7 @@ class Transaction:
         self.check()  # an incident seen now still wins over the confirmation
         if self.state == "confirmed":  # confirmed meanwhile by the operator
             return
-        if self.deadline is not None and time.time() > self.deadline and \
+        if self._writes and self.deadline is not None and time.time() > self.deadline and \
                 self._probation(self.policy) > 0:
             # the watchdog may not have acted yet: the deadline is the deadline, not a race
             self._rollback(f"probation_expired: not confirmed within {self._probation(self.policy):g}s")

@@ -203,6 +203,11 @@ def read_file(path: Path) -> tuple[ProfileFile, dict[tuple[str, ...], int]]:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         line = lines.get((str(err["loc"][0]),)) if err["loc"] else None
+        if err["type"] == "extra_forbidden":
+            # never the value: a file that is not a profile (a password file, say) ends here
+            raise BadInput(f"{src}{f':{line}' if line else ''}: field {loc}: not a profile "
+                           "field (expected name, description, include, match, knobs, kernels, "
+                           "kernel_sources, provenance, abstract)") from None
         got = repr(err.get("input"))
         got = got if len(got) <= 60 else got[:57] + "..."
         raise BadInput(f"{src}{f':{line}' if line else ''}: field {loc}: {err['msg']} "
@@ -273,9 +278,12 @@ class _Resolver:
     def __init__(self, dirs: list[Path] | None) -> None:
         self.dirs = dirs
         self.done: dict[Path, Profile] = {}
+        self.roots: list[Path] = []  # where includes may resolve: set by the first resolve()
 
     def resolve(self, path: Path, stack: list[Path]) -> Profile:
         rp = path.resolve()
+        if not self.roots:  # the profile named (its own folder), then the search path
+            self.roots = list(dict.fromkeys(d.resolve() for d in [rp.parent, *search_path(self.dirs)]))
         if rp in stack:
             cyc = " -> ".join(_rel(p) for p in stack[stack.index(rp):] + [rp])
             raise BadInput(f"{_rel(stack[-1])}: field include: include cycle {cyc}")
@@ -303,6 +311,7 @@ class _Resolver:
                 ip = find(inc, self.dirs, relative_to=path.parent)
             except BadInput as e:
                 raise BadInput(f"{src}:{lines.get(('include',), '?')}: field include: {e}") from None
+            self._inside(ip, inc, src, lines)
             parent = self.resolve(ip, stack + [rp])
             for ks in parent.knobs:
                 merged_knobs.pop(ks.key, None)
@@ -323,6 +332,18 @@ class _Resolver:
             kernel_sources={**sources, **pf.kernel_sources}, provenance=pf.provenance,
             abstract=pf.abstract,
         )
+
+
+    def _inside(self, ip: Path, inc: str, src: str, lines: dict[tuple[str, ...], int]) -> None:
+        """An include resolves (symlinks and `..` followed) inside the profile's own folder or
+        the search path: a profile must not make root read, and quote, any file on the host."""
+        real = ip.resolve()
+        if not any(real.is_relative_to(r) for r in self.roots):
+            name = inc if len(inc) <= 80 else inc[:77] + "..."
+            raise BadInput(f"{src}:{lines.get(('include',), '?')}: field include: {name!r} "
+                           "resolves outside the profile's folder and the profile search path "
+                           f"({', '.join(_rel(r) for r in self.roots)}); includes are read only "
+                           "from there")
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -6,15 +6,22 @@
     unpatch(model)                                             # every replaced forward restored
 
 What `patch` changes (only where the table has an entry for the model's own dims and dtype; a
-model the table does not cover keeps the plain path, and `patched(model)` lists what changed):
+model the table does not cover keeps the plain path, and `patched(model)` lists what changed). It
+logs what it patched, and warns (UserWarning, with the reason) when it patched nothing: no table
+for this GPU, a table for another device, a model on the CPU (the kernels run on CUDA tensors,
+or under TRITON_INTERPRET=1), or a model with no module it knows.
 
 - attention: the `"metaltune"` implementation (registered with transformers' AttentionInterface
-  and AttentionMaskInterface). Decode steps (one query token) run `metaltune::
-  decode_attention_cache`: flash-decoding over the static cache's buffer that reads only the
-  filled positions (lengths from the mask, on the device: one CUDA graph serves every step) and
-  every KV head once (GQA without repeat_kv); anything else (prefill, output_attentions, a float
-  mask, another scaling) is transformers' own SDPA function. The model's previous implementation
-  comes back on unpatch.
+  and AttentionMaskInterface), only in place of transformers' default `"sdpa"` (what it runs
+  outside its decode kernel anyway): a model loaded with another implementation (`"eager"`,
+  flash-attention, flex) keeps the user's choice (`attention=True` switches it anyway). Decode
+  steps (one query token) run `metaltune::decode_attention_cache`: flash-decoding over the static
+  cache's buffer that reads only the filled positions (lengths from the mask, on the device: one
+  CUDA graph serves every step) and every KV head once (GQA without repeat_kv); a call that asks
+  for attention weights (`output_attentions=True`) runs the model's own eager attention and
+  returns them; anything else (prefill, a float mask, another scaling) is transformers' own SDPA
+  function. `model.set_attn_implementation(...)` away from `"metaltune"` and back works as on
+  any model; unpatch restores the previous implementation unless the user switched since.
 - `*RMSNorm` modules: `metaltune::rmsnorm` (weight in the activations' dtype, as Llama/Qwen/Mistral
   keep it);
 - `*MLP` modules with gate/up/down projections and a SiLU activation: down(`metaltune::swiglu`(
@@ -24,19 +31,26 @@ model the table does not cover keeps the plain path, and `patched(model)` lists 
   patched; the wrapper rotates q and k heads together with `metaltune::rope` for one-token steps
   and calls the original otherwise.
 
-Module forwards are replaced per instance (an instance attribute over the class's forward), so
-other models in the process are untouched, except the rotary wrapper (per modeling module, counted:
-restored when the last patched model of it is unpatched or garbage-collected). Replacement goes through torch custom
-ops (kernelsearch.ops), so `torch.compile(fullgraph=True)` and CUDA graphs see no graph break.
+Module forwards are replaced per instance (an instance attribute over the class's forward: a
+small callable object holding its module, so `copy.deepcopy` of a patched model computes with
+the copy's weights and `torch.save`/pickle work), so other models in the process are untouched,
+except the rotary wrapper (per modeling module, counted: restored when the last patched model of
+it, or copy of one, is unpatched or garbage-collected). Replacement goes through torch custom ops
+(kernelsearch.ops), so `torch.compile(fullgraph=True)` and CUDA graphs see no graph break.
 
-transformers' own kernel hooks (`use_kernel_forward_from_hub` / `kernelize`) need the `kernels`
-package, which only loads hub repositories or local layer repositories from disk; module
-replacement does the same per instance without it. Requires transformers >= 5 (the attention
-interface with masks by implementation name)."""
+transformers' own kernel hooks route: `use_kernels(model)` (beside `patch`) hands the `kernels`
+package (0.16.x, the range transformers 5.17 accepts) a mapping from transformers' hub layer
+names (`RMSNorm`, `rotary_pos_emb`) to metaltune's local layer repository
+(`kernelsearch/integrations/hub/`), and calls its `kernelize`: the same custom ops, chosen per
+shape by the same table. Requires transformers >= 5 (the attention interface with masks by
+implementation name)."""
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +59,12 @@ from typing import Any, Optional, Union
 from kernelsearch.shipped import gpu_slug, shipped_table  # noqa: F401  (this module's API too)
 
 ATTN = "metaltune"
+DEFAULT_ATTN = "sdpa"  # transformers' default: the one implementation patch replaces by itself
+log = logging.getLogger(__name__)
+
+
+class NothingPatched(UserWarning):
+    """`patch` (or `use_kernels`) left the model as it was; the message says why."""
 
 _rope_refs: dict[str, list] = {}  # modeling module -> [original function, patched model count]
 
@@ -59,6 +79,21 @@ class PatchRecord:
     replaced: dict[str, int] = field(default_factory=dict)  # what -> how many
     table_device: str = ""
     release: Any = None  # weakref.finalize: the rotary wrapper's count, if never unpatched
+    attn_kept: Optional[str] = None  # the user's own attention implementation, left in place
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "release"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A deepcopy or an unpickled copy of a patched model: it takes its own count on the
+        rotary wrappers (released with this record) and finds "metaltune" registered."""
+        self.__dict__.update(state)
+        self.release = None
+        if self.replaced.get("attention") or self.rope_modules:
+            register()
+        if self.rope_modules:
+            _acquire_rope(self.rope_modules)
+            self.release = weakref.finalize(self, _release_rope, list(self.rope_modules))
 
 
 def _require_transformers() -> Any:
@@ -85,18 +120,54 @@ def _valid_positions(mask: Any, length: int) -> tuple[bool, Any]:
     return True, mask[:, 0, 0, :]
 
 
+def _wants_weights(module: Any, kwargs: dict[str, Any]) -> bool:
+    flag = kwargs.get("output_attentions")
+    if flag is None:
+        flag = getattr(getattr(module, "config", None), "output_attentions", False)
+    return bool(flag)
+
+
+def _own_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                   dropout: float, scaling: Optional[float], **kwargs: Any) -> Optional[tuple[Any, Any]]:
+    """The model's own eager attention (its modeling module's `eager_attention_forward`), which
+    returns the weights; the boolean (or absent, causal) mask of the SDPA path made additive."""
+    import torch
+
+    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if eager is None:
+        return None
+    S, L = query.shape[2], key.shape[2]
+    mask = attention_mask
+    if mask is None and S > 1 and getattr(module, "is_causal", True):
+        # SDPA's mask is skipped for a plain causal prefill: the queries are the last S positions
+        i = torch.arange(S, device=query.device)[:, None]
+        j = torch.arange(L, device=query.device)[None, :]
+        mask = (j <= i + (L - S))[None, None]
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~mask, torch.finfo(query.dtype).min)
+    if scaling is None:
+        scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
+    return eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
 def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
               dropout: float = 0.0, scaling: Optional[float] = None, is_causal: Optional[bool] = None,
               **kwargs: Any) -> tuple[Any, Any]:
     """transformers' attention-function signature: query [B, HQ, S, D], key/value [B, HKV, L, D]
-    (after the cache update: a static cache hands its whole buffer) -> ([B, S, HQ, D], None)."""
+    (after the cache update: a static cache hands its whole buffer) -> ([B, S, HQ, D], None);
+    the weights too when the call asks for them (the model's own attention then)."""
     import torch
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    if _wants_weights(module, kwargs):
+        out = _own_attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+        if out is not None:
+            return out
     D = getattr(module, "head_dim", None)  # a plain int (shapes may be symbolic under compile)
     if (isinstance(D, int) and query.shape[2] == 1 and not dropout
-            and not kwargs.get("output_attentions") and kwargs.get("position_bias") is None
+            and kwargs.get("position_bias") is None
             and query.shape[-1] == D and key.shape[-1] == D and value.shape[-1] == D
             and query.shape[1] % key.shape[1] == 0
             and (scaling is None or abs(scaling * D ** 0.5 - 1.0) < 1e-6)):
@@ -123,27 +194,37 @@ def register() -> None:
 # -- module forwards ---------------------------------------------------------------------------
 
 
-def _rmsnorm_forward(module: Any) -> Any:
+def _rmsnorm_forward(module: Any, hidden_states: Any) -> Any:
     import torch
 
-    orig = type(module).forward.__get__(module)
+    if hidden_states.dtype != module.weight.dtype:
+        return type(module).forward(module, hidden_states)  # HF promotes here: keep its op
     eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
-
-    def forward(hidden_states: Any) -> Any:
-        if hidden_states.dtype != module.weight.dtype:
-            return orig(hidden_states)  # HF promotes to the weight's dtype here: keep its op
-        return torch.ops.metaltune.rmsnorm(hidden_states, module.weight, eps)
-
-    return forward
+    return torch.ops.metaltune.rmsnorm(hidden_states, module.weight, eps)
 
 
-def _mlp_forward(module: Any) -> Any:
+def _mlp_forward(module: Any, x: Any) -> Any:
     import torch
 
-    def forward(x: Any) -> Any:
-        return module.down_proj(torch.ops.metaltune.swiglu(module.gate_proj(x), module.up_proj(x)))
+    return module.down_proj(torch.ops.metaltune.swiglu(module.gate_proj(x), module.up_proj(x)))
 
-    return forward
+
+_FORWARDS = {"rmsnorm": _rmsnorm_forward, "mlp": _mlp_forward}
+
+
+class Forward:
+    """A module's replaced forward. The module is an attribute, not a closure cell: a deepcopy
+    of the model gives the copy's module its own (computing with the copy's weights), and the
+    model pickles (a module-level class, found by name)."""
+
+    def __init__(self, module: Any, kind: str) -> None:
+        self.module, self.kind = module, kind
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _FORWARDS[self.kind](self.module, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<metaltune {self.kind} forward of {type(self.module).__name__}>"
 
 
 def _rope_wrapper(orig: Any) -> Any:
@@ -205,6 +286,16 @@ def coverage(model: Any, table: Any) -> dict[str, bool]:
 # -- patch / unpatch ---------------------------------------------------------------------------
 
 
+def _acquire_rope(names: list[str]) -> None:
+    """One patched model more for these modeling modules; the first wraps the function."""
+    for name in names:
+        mod = importlib.import_module(name)
+        ref = _rope_refs.setdefault(name, [mod.apply_rotary_pos_emb, 0])
+        if ref[1] == 0:
+            mod.apply_rotary_pos_emb = _rope_wrapper(ref[0])
+        ref[1] += 1
+
+
 def _release_rope(names: list[str]) -> None:
     """One patched model fewer for these modeling modules; the last restores the original."""
     for name in names:
@@ -217,9 +308,9 @@ def _release_rope(names: list[str]) -> None:
             del _rope_refs[name]
 
 
-def _set_forward(rec: PatchRecord, module: Any, fwd: Any, what: str) -> None:
+def _set_forward(rec: PatchRecord, module: Any, what: str) -> None:
     rec.forwards.append((module, module.__dict__.get("forward")))
-    module.forward = fwd
+    module.forward = Forward(module, what)
     rec.replaced[what] = rec.replaced.get(what, 0) + 1
 
 
@@ -260,62 +351,134 @@ def _is_rmsnorm(m: Any) -> bool:
                                                          rtol=2e-2, atol=2e-2)
 
 
+# what a table's `device` says when it names no GPU model (built in code, by a search on "cuda",
+# or under the CPU interpreter): nothing to compare
+GENERIC_DEVICES = ("", "cuda", "cpu", "cpu-interpreter")
+
+
+def _model_device(model: Any) -> Any:
+    p = next(iter(model.parameters()), None)
+    return None if p is None else p.device
+
+
+def _why_not(model: Any, tbl: Any) -> Optional[str]:
+    """Why no kernel of the table can run in this model (None: some may)."""
+    import torch
+
+    from kernelsearch.shipped import device_name
+
+    if tbl is None:
+        gpu = device_name()
+        return ("no dispatch table: none installed and none shipped for "
+                + (gpu if gpu else "a process without a GPU") + " (pass table=...)")
+    dev = _model_device(model)
+    if dev is None:
+        return "the model has no parameters"
+    if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return (f"the model is on {dev.type}: the kernels run on CUDA tensors (or under "
+                "Triton's interpreter, TRITON_INTERPRET=1)")
+    if tbl.device not in GENERIC_DEVICES:  # a GPU's name: the one it was tuned and verified on
+        here = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
+        if here is None or gpu_slug(tbl.device) != gpu_slug(here):
+            return (f"the table was tuned and verified on {tbl.device}, this model runs on "
+                    f"{here or dev.type} (install a table measured there, or search one)")
+    return None
+
+
+def _install(table: Any) -> Any:
+    """The table to use (installed now): the one given, else the installed one, else the one
+    shipped for this GPU; None without any."""
+    from kernelsearch import dispatch
+
+    if table is not None:
+        return dispatch.install(table)
+    tbl = dispatch.installed()
+    if tbl is None:
+        path = shipped_table()
+        tbl = dispatch.install(path) if path is not None else None
+    return tbl
+
+
+def _nothing(model: Any, why: str) -> None:
+    warnings.warn(f"metaltune: nothing patched on {type(model).__name__}: {why}", NothingPatched,
+                  stacklevel=3)
+
+
 def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
-          only_covered: bool = True) -> Any:
+          only_covered: bool = True, attention: Optional[bool] = None) -> Any:
     """Install the table (None: the one already installed, else the shipped table for this GPU)
-    and route the model's covered hot ops through the tuned kernels. Returns the model.
+    and route the model's covered hot ops through the tuned kernels. Returns the model; logs
+    what changed, and warns (NothingPatched) with the reason when nothing did.
     only_covered=False replaces every module it recognises whatever the table holds (the ops
-    then run torch outside it): for tracing which kernel calls the model makes."""
+    then run torch outside it): for tracing which kernel calls the model makes.
+    attention: None switches transformers' default "sdpa" to "metaltune" and keeps any other
+    implementation the user chose; True switches whatever it is; False never switches."""
     _require_transformers()
     from kernelsearch import dispatch
 
     if getattr(model, "_metaltune_patch", None) is not None:
         unpatch(model)
-    if table is not None:
-        tbl = dispatch.install(table)
-    else:
-        tbl = dispatch.installed()
-        if tbl is None:
-            path = shipped_table()
-            tbl = dispatch.install(path) if path is not None else None
+    tbl = _install(table)
     register()
     rec = PatchRecord(table_device=getattr(tbl, "device", ""))
     model._metaltune_patch = rec
-    if tbl is None:
-        return model  # no table: the plain path everywhere
+    why = _why_not(model, tbl) if only_covered or tbl is None else None
+    if why:
+        _nothing(model, why)
+        return model
     cov = coverage(model, tbl) if only_covered else dict.fromkeys(
         ("attention", "rmsnorm", "mlp", "rope"), True)
     for m in model.modules():
         if cov["rmsnorm"] and _is_rmsnorm(m):
-            _set_forward(rec, m, _rmsnorm_forward(m), "rmsnorm")
+            _set_forward(rec, m, "rmsnorm")
         elif cov["mlp"] and _is_mlp(m):
-            _set_forward(rec, m, _mlp_forward(m), "mlp")
+            _set_forward(rec, m, "mlp")
     if cov["rope"]:
-        for m in model.modules():
+        for m in model.modules():  # the module function the class calls (see use_kernels too)
             mod = sys.modules.get(type(m).__module__)
             if (type(m).__name__.endswith("Attention") and mod is not None
                     and callable(getattr(mod, "apply_rotary_pos_emb", None))
                     and mod.__name__ not in rec.rope_modules):
-                ref = _rope_refs.setdefault(mod.__name__, [mod.apply_rotary_pos_emb, 0])
-                if ref[1] == 0:
-                    mod.apply_rotary_pos_emb = _rope_wrapper(ref[0])
-                ref[1] += 1
                 rec.rope_modules.append(mod.__name__)
-                rec.replaced["rope"] = rec.replaced.get("rope", 0) + 1
+        _acquire_rope(rec.rope_modules)
+        if rec.rope_modules:
+            rec.replaced["rope"] = len(rec.rope_modules)
     if rec.rope_modules:  # a patched model dropped without unpatch releases its count too
-        rec.release = weakref.finalize(model, _release_rope, list(rec.rope_modules))
+        rec.release = weakref.finalize(rec, _release_rope, list(rec.rope_modules))
     if cov["attention"]:
         prev = model.config._attn_implementation
-        if prev != ATTN:
+        if prev == ATTN:
+            rec.replaced["attention"] = 1
+        elif attention or (attention is None and prev in (DEFAULT_ATTN, None)):
             model.set_attn_implementation(ATTN)
             rec.attn_prev = prev
-        rec.replaced["attention"] = 1
+            rec.replaced["attention"] = 1
+        else:
+            rec.attn_kept = prev  # the user's choice: theirs to switch (attention=True)
+    if rec.replaced:
+        log.info("metaltune: patched %s: %s%s", type(model).__name__,
+                 ", ".join(f"{k} x{v}" for k, v in rec.replaced.items()),
+                 f" (attention kept as {rec.attn_kept!r}, the model's own)" if rec.attn_kept else "")
+    elif rec.attn_kept and not any(v for k, v in cov.items() if k != "attention"):
+        _nothing(model, f"the table covers only its attention, and the model runs "
+                        f"{rec.attn_kept!r} (patch(..., attention=True) switches it)")
+    elif any(cov.values()):
+        _nothing(model, "no module of it is one metaltune replaces (RMSNorm, a SiLU-gated MLP, "
+                        "rotary embedding, attention of Llama-like models)")
+    elif not tbl.entries:  # torch everywhere, asked for (a search's all-torch incumbent)
+        log.info("metaltune: %s left plain: the table has no entries", type(model).__name__)
+    else:
+        d = _model_dims(model)
+        _nothing(model, f"the table ({tbl.device or 'no device'}) has no entry at its dims and "
+                        f"dtype (hidden {d['hidden']}, ffn {d['ffn']}, heads {d['HQ']}/{d['HKV']}, "
+                        f"head dim {d['D']})")
     return model
 
 
 def unpatch(model: Any) -> Any:
     """Undo `patch`: every replaced forward, the rotary function and the attention
-    implementation as they were. Returns the model (a model never patched is returned as is)."""
+    implementation as they were (unless the user switched it since). Returns the model (a
+    model never patched is returned as is)."""
     rec: Optional[PatchRecord] = getattr(model, "_metaltune_patch", None)
     if rec is None:
         return model
@@ -326,9 +489,89 @@ def unpatch(model: Any) -> Any:
             module.forward = prior
     if rec.release is not None and rec.release.detach() is not None:
         _release_rope(rec.rope_modules)
-    if rec.attn_prev is not None:
+    if rec.attn_prev is not None and model.config._attn_implementation == ATTN:
         model.set_attn_implementation(rec.attn_prev)
     model._metaltune_patch = None
+    return model
+
+
+# -- the `kernels` package route ------------------------------------------------------------
+
+HUB = Path(__file__).resolve().parent / "hub"  # a `kernels` local layer repository
+HUB_LAYERS = {"RMSNorm": "RMSNorm", "rotary_pos_emb": "RotaryPosEmb"}  # hub name -> our layer
+KERNELS_RANGE = ((0, 16), (0, 17))  # what transformers 5.17 accepts (0.17's kernelize replaces nothing)
+
+
+def _kernels() -> Any:
+    try:
+        import kernels
+    except ImportError:
+        raise ImportError("use_kernels needs the kernels package (0.16.x): "
+                          "pip install 'metaltune[hf]'") from None
+    ver = tuple(int(p) for p in kernels.__version__.split(".")[:2] if p.isdigit())
+    if not KERNELS_RANGE[0] <= ver < KERNELS_RANGE[1]:
+        raise ImportError(f"use_kernels needs kernels >=0.16,<0.17 (the range transformers 5.17 "
+                          f"accepts); this environment has {kernels.__version__}")
+    return kernels
+
+
+def _hub_targets(model: Any) -> list[tuple[Any, str]]:
+    """(module, hub name) for every layer kernelize touches (it sets a forward on each, ours or
+    its fallback): transformers' marked modules and the function layers attached to them
+    (`use_kernelized_func`), each once."""
+    out, seen = [], set()
+    for m in model.modules():
+        for f in [m, *getattr(m, "_kernel_funcs", {}).values()]:
+            name = getattr(type(f), "kernel_layer_name", None)
+            if name is not None and id(f) not in seen:
+                seen.add(id(f))
+                out.append((f, name))
+    return out
+
+
+def use_kernels(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
+                device: Optional[str] = None) -> Any:
+    """transformers' own kernel route (what `use_kernels=True` does with hub repositories):
+    the `kernels` package's `kernelize` with a mapping from the hub layer names transformers
+    marks (RMSNorm, rotary_pos_emb) to metaltune's local layer repository. The table is chosen
+    and installed as `patch` does; `unpatch` undoes it. As with `kernels` itself, a function
+    layer (rotary_pos_emb) is one object shared by every model of that architecture in the
+    process. Returns the model; warns (NothingPatched) when nothing was replaced."""
+    _require_transformers()
+    kernels = _kernels()
+    if getattr(model, "_metaltune_patch", None) is not None:
+        unpatch(model)
+    tbl = _install(table)
+    register()
+    rec = PatchRecord(table_device=getattr(tbl, "device", ""))
+    model._metaltune_patch = rec
+    why = _why_not(model, tbl)
+    if why:
+        _nothing(model, why)
+        return model
+    dev = device or _model_device(model).type
+    targets = _hub_targets(model)
+    before = [(m, m.__dict__.get("forward")) for m, _ in targets]
+    mapping = {name: {dev: kernels.LocalLayerRepository(repo_path=HUB, layer_name=layer)}
+               for name, layer in HUB_LAYERS.items()}
+    with warnings.catch_warnings():  # "no mapping for layer X": the layers we do not offer
+        warnings.filterwarnings("ignore", message=r"\s*No kernel mapping found")
+        with kernels.use_kernel_mapping(mapping, inherit_mapping=False):
+            kernels.kernelize(model, mode=kernels.Mode.INFERENCE, device=dev)
+    for (m, prior), (_, name) in zip(before, targets):
+        now = m.__dict__.get("forward")
+        if now is not prior:  # unpatch puts back what was there, fallbacks included
+            rec.forwards.append((m, prior))
+        fn = getattr(now, "__func__", None)
+        if fn is not None and Path(fn.__code__.co_filename).parent == HUB:
+            key = f"kernels:{name}"
+            rec.replaced[key] = rec.replaced.get(key, 0) + 1
+    if rec.replaced:
+        log.info("metaltune: kernelized %s: %s", type(model).__name__,
+                 ", ".join(f"{k} x{v}" for k, v in rec.replaced.items()))
+    else:
+        _nothing(model, "it marks no layer metaltune's hub repository has "
+                        f"({', '.join(HUB_LAYERS)}) for transformers' kernels route")
     return model
 
 

@@ -75,7 +75,7 @@ def test_role_selectors_pick_gpus_or_nics():
     ("knobs:\n  cpu.govenor: performance\n", r"bad\.yaml:2: field knobs\.cpu\.govenor: not a knob .*did you mean 'cpu\.governor'"),
     ("knobs:\n  sysctl.kernel.panic: 1\n", r"bad\.yaml:2: field knobs\.sysctl\.kernel\.panic: .*allowed list"),
     ("knobs:\n  sysctl.kernel.numa_balancing: 0\n", r"os\.numa_balancing"),
-    ("nobs:\n  cpu.governor: performance\n", r"bad\.yaml:1: field nobs: Extra inputs"),
+    ("nobs:\n  cpu.governor: performance\n", r"bad\.yaml:1: field nobs: not a profile field"),
     ("match:\n  driver: 'newest'\n", r"bad\.yaml:1: field match\.driver: expected a version range"),
     ("match:\n  virtualization: cloud\n", r"field match\.virtualization"),
     ("knobs:\n  os.numa_balancing: 0\n  os.numa_balancing: 1\n", r"bad\.yaml:3: field knobs\.os\.numa_balancing: duplicate key"),

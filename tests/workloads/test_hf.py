@@ -63,13 +63,12 @@ def test_a_wrong_replacement_fails_the_check_before_timing(interp, monkeypatch):
     from kernelsearch.integrations import transformers as mt
     from tuner.errors import WorkloadFailed
 
-    def no_up(module):  # a plausible bug: the MLP without its up projection
+    def no_up(module, x):  # a plausible bug: the MLP without its up projection
         import torch
 
-        return lambda x: module.down_proj(torch.ops.metaltune.swiglu(module.gate_proj(x),
-                                                                      module.gate_proj(x)))
+        return module.down_proj(torch.ops.metaltune.swiglu(module.gate_proj(x), module.gate_proj(x)))
 
-    monkeypatch.setattr(mt, "_mlp_forward", no_up)
+    monkeypatch.setitem(mt._FORWARDS, "mlp", no_up)
     wl = HFWorkload("hf:tiny-llama:layers=1", contexts=[16], decode_steps=1)
     dispatch.install(covering_table(wl.model.config))
     with pytest.raises(WorkloadFailed, match="patched outputs differ"):

@@ -5,6 +5,7 @@ judged in a child process by kernelsearch's harness."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -69,18 +70,21 @@ def check_cmd(
     the physical-floor check), in a child process with a timeout and a memory limit.
     Exit 0 accepted, 1 rejected, 2 bad input."""
     _family(family)
-    if not candidate.is_file():
+    if not os.path.lexists(candidate):
         raise BadInput(f"--candidate {candidate}: no such file")
     if candidate.suffix != ".py":
         raise BadInput(f"--candidate {candidate}: expected a Python module (.py)")
+    from safety.inputs import parse_json, read_text
+
+    # a regular file of UTF-8 text (PEP 3120: Python source is UTF-8), refused in one line before
+    # anything starts: not a FIFO to wait on, not bytes the judge's child would choke on
+    read_text(candidate, f"--candidate {candidate}", error=BadInput)
     cfg = None
     if config:
-        try:
-            cfg = json.loads(config)
-        except json.JSONDecodeError as e:
-            raise BadInput(f"--config: not valid JSON ({e.msg})") from None
+        cfg = parse_json(config, "--config", BadInput)
         if not isinstance(cfg, dict):
-            raise BadInput("--config: expected a JSON object of keyword arguments")
+            raise BadInput(f"--config: expected a JSON object of keyword arguments, got "
+                           f"{type(cfg).__name__}")
     dev = _device(device)
     from kernelsearch.families import get
 
@@ -248,10 +252,9 @@ def search_kernel_cmd(
 def _diagnosis(path: Optional[Path]) -> Optional[dict]:
     if path is None:
         return None
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadInput(f"--diagnosis {path}: cannot read JSON ({e})") from None
+    from safety.inputs import load_json
+
+    d = load_json(path, f"--diagnosis {path}", error=BadInput)
     missing = [k for k in ("device", "workload", "findings", "ops") if not isinstance(d, dict) or k not in d]
     if missing:
         raise BadInput(f"--diagnosis {path}: expected the JSON of `metaltune diagnose --json` "

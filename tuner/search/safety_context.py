@@ -45,6 +45,10 @@ class SafetyContext:
     probation_s: Optional[float] = None
     monitors: Optional[list[Any]] = None
     watchdog: str = "process"
+    # the longest one measurement may take (the workload's timeout): the A/B checks the
+    # transaction after every candidate sample, at most three samples apart (a b, b a, a b),
+    # so each check keeps its deadline three of these (plus the grace) ahead
+    measure_timeout_s: Optional[float] = None
     Instability: type = field(default=safety.Instability, init=False)
     ProbationExpired: type = field(default=safety.ProbationExpired, init=False)
 
@@ -74,12 +78,17 @@ class SafetyContext:
     def begin(self, knobs: Mapping[str, Any], changes: Mapping[str, Any], label: str = "",
               candidate_key: Optional[str] = None) -> Any:
         """Apply `changes` inside a transaction in probation. The caller polls `check()` (no
-        monitor thread: the caller's own A/B toggling must not race an asynchronous rollback);
-        the watchdog process still enforces the deadline if the caller hangs."""
+        monitor thread: the caller's own A/B toggling must not race an asynchronous rollback).
+        Each `check()` keeps the deadline one measurement (plus the grace) ahead, so an A/B longer
+        than the probation is judged; the watchdog still rolls back if the caller dies or hangs,
+        and a trial that writes nothing to the host has no deadline at all."""
+        from safety.transaction import NO_PROBATION_GRACE_S
+
         txn = safety.Transaction(
             self.journal, knobs, changes, policy=self.policy, monitors=self.monitors,
             probation_s=self.probation_s, label=label, key=candidate_key,
             state_dir=self.state_dir, watchdog=self.watchdog, poll_interval_s=None,
+            keepalive_s=NO_PROBATION_GRACE_S + 3 * (self.measure_timeout_s or 0.0),
         )
         try:
             txn.begin()

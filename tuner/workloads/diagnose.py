@@ -70,20 +70,33 @@ def load_ceilings(path: str | Path) -> dict[str, Any]:
     (copy_GBps, matmul[].TFLOPs)."""
     from tuner.errors import BadInput
 
-    try:
-        d = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise BadInput(f"--ceilings {path}: cannot read JSON: {e}") from None
-    if "flops_per_s" in d and "bytes_per_s" in d:
-        return {"flops_per_s": float(d["flops_per_s"]), "bytes_per_s": float(d["bytes_per_s"]),
-                "source": str(path)}
-    try:
-        return {"flops_per_s": max(m["TFLOPs"] for m in d["matmul"]) * 1e12,
-                "bytes_per_s": float(d["copy_GBps"]) * (1e12 if d["copy_GBps"] < 100 else 1e9),
-                "source": str(path)}
-    except (KeyError, TypeError, ValueError):
-        raise BadInput(f"--ceilings {path}: expected flops_per_s and bytes_per_s, or copy_GBps "
-                       f"and matmul[].TFLOPs") from None
+    from safety.inputs import load_json
+
+    name = f"--ceilings {path}"
+    d = load_json(path, name, error=BadInput)
+    if not isinstance(d, dict):
+        raise BadInput(f"{name}: expected a JSON object with flops_per_s and bytes_per_s, or "
+                       f"copy_GBps and matmul[].TFLOPs, got {type(d).__name__}")
+
+    def positive(v: Any, field: str) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise BadInput(f"{name}: field {field}: expected a positive number, got "
+                           f"{type(v).__name__}")
+        return float(v)
+
+    if "flops_per_s" in d or "bytes_per_s" in d:
+        return {"flops_per_s": positive(d.get("flops_per_s"), "flops_per_s"),
+                "bytes_per_s": positive(d.get("bytes_per_s"), "bytes_per_s"), "source": str(path)}
+    if "copy_GBps" not in d or "matmul" not in d:
+        raise BadInput(f"{name}: expected flops_per_s and bytes_per_s, or copy_GBps and "
+                       "matmul[].TFLOPs")
+    mm = d["matmul"]
+    if not isinstance(mm, list) or not mm or not all(isinstance(m, dict) for m in mm):
+        raise BadInput(f"{name}: field matmul: expected a non-empty list of objects with TFLOPs")
+    tflops = max(positive(m.get("TFLOPs"), f"matmul[{i}].TFLOPs") for i, m in enumerate(mm))
+    copy = positive(d["copy_GBps"], "copy_GBps")
+    return {"flops_per_s": tflops * 1e12, "bytes_per_s": copy * (1e12 if copy < 100 else 1e9),
+            "source": str(path)}
 
 
 # -- bytes an op must move -----------------------------------------------------------------------

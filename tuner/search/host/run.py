@@ -93,7 +93,8 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     if not chosen:
         raise BadInput("no searchable knob among --knobs on this host")
     wl = make_workload(host, o.workload, o.metric_regex, timeout_s)
-    guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy)
+    guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,
+                          measure_timeout_s=timeout_s)
     try:
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,

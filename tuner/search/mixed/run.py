@@ -76,6 +76,9 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
     o = opts if opts is not None else MixedSearchOptions.parse("search_mixed", kw)
     knobs, fams = o.knobs, (list(o.families) if o.families else None)
     workload, table, suggest, runtime = o.workload, o.table, o.suggest, o.runtime
+    # the user's tables, read and checked before a host or workload is touched
+    start_table = _start_table(table)
+    suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     host = settings.host()
     chosen: dict[str, Any] = {}
     if knobs != [NONE]:
@@ -97,8 +100,6 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
                        "(llama, sim-llama, deepseek, hf:<config>, llama-tp)")
     runtime_dims = {} if runtime is False else own_dims
 
-    start_table = _start_table(table)
-    suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     slots, notes = [], []
     if fams != [NONE]:
         why = wl.kernels_usable()
@@ -122,7 +123,8 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
 
     from tuner.search.safety_context import SafetyContext
 
-    guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy)  # BadInput: policy
+    guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,  # BadInput: policy
+                          measure_timeout_s=o.timeout_s)
     try:
         res = _run(host, guard, wl, chosen, runtime_dims, slots, start_table, suggestions,
                     budget=o.budget, proposer=o.proposer, seed=o.seed, repeats=o.repeats,
