@@ -16,7 +16,7 @@ STATIC = [
     ("tensor_subclass", "guard_failed", "module_state"),
     ("capture_aware", "guard_failed", "stream"),
     ("counter_default", "guard_failed", "module_state"),
-    ("counter_func_attr", "guard_failed", "monkey_patch"),
+    ("counter_func_attr", "guard_failed", "attribute_not_allowed"),
     ("counter_tensor_attr", "guard_failed", "reflection"),
 ]
 
