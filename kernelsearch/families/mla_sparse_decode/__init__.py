@@ -79,8 +79,9 @@ def torch_default(q, kv_cache, block_table, seq_lens, indices, scale):
 
 def shape_of(q, kv_cache, block_table, seq_lens, indices, scale):
     B, nh, cap, page = mla.check_common(q, kv_cache, block_table, seq_lens)
-    if indices.dim() != 2 or indices.shape[0] != B or str(indices.dtype) != "torch.int32":
-        raise ValueError("mla_sparse: indices must be [B, topk] int32")
+    if indices.dim() != 2 or indices.shape[0] != B or str(indices.dtype) != "torch.int32" \
+            or indices.stride(-1) != 1:
+        raise ValueError("mla_sparse: indices must be [B, topk] int32 with unit last stride")
     return (B, nh, cap, page, indices.shape[1], 1)
 
 
