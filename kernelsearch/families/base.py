@@ -40,11 +40,11 @@ class Scalar:
     def cycle(self, rng: random.Random):
         """Every preset once in a random order, then a random value, and again: a kernel that
         hard-codes one preset meets the others within a few checks."""
+        ps = list(self.presets)
+        rng.shuffle(ps)
         while True:
-            ps = list(self.presets)
-            rng.shuffle(ps)
-            for v in ps + [self.draw(rng)]:
-                yield v
+            yield from ps
+            yield self.draw(rng)
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,10 @@ class Family:
     scalars: dict[int, Scalar] = field(default_factory=dict)
     # further boundary shapes for what is no single shape dim (MLA: page count = L / P)
     edge_shapes: list[Shape] = field(default_factory=list)
+    # ragged batches: the argument holding the lengths and those whose dim 0 is the batch (the
+    # judge reorders the batch so the longest sequence comes first, last or in the middle)
+    lengths_arg: Optional[int] = None
+    batch_args: tuple[int, ...] = ()
 
     def tolerance(self, dtype: str) -> tuple[float, float, float]:
         return TOLERANCES[dtype]

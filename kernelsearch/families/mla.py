@@ -214,4 +214,7 @@ def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, 
         cheap=cheap,
         interp_max={"L": 257, "B": 3, "H": 17, "TOPK": 257},
         scalars={len(signature.split(",")) - 1: SCALES},
+        lengths_arg=3,
+        batch_args=tuple(i for i, a in enumerate(signature[8:-1].split(", "))
+                         if a in ("q", "block_table", "seq_lens", "indices")),
     )

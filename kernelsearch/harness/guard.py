@@ -556,7 +556,10 @@ class _Checker(ast.NodeVisitor):
             self.generic_visit(node)
             return
         base, names = _chain(node)
-        self.attr_bases |= {id(x) for x in ast.walk(node) if isinstance(x, ast.Attribute)}
+        sub: ast.AST = node
+        while isinstance(sub, ast.Attribute):  # the chain's own links, not its base's insides
+            self.attr_bases.add(id(sub))
+            sub = sub.value
         dotted = _dotted(node)
         under = [n for n in names if n.startswith("_")]
         path = _resolve(node, self.aliases, self.local)
@@ -672,13 +675,24 @@ class _Checker(ast.NodeVisitor):
                      "import, this file's function or constant, or an allowed builtin")
 
 
+# Within one line, the most telling rule first (the verdict names the first violation).
+RULE_ORDER = ("syntax", "import", "thread", "timer", "annotation_not_allowed",
+              "decorator_not_allowed", "monkey_patch", "dynamic_code", "reflection",
+              "module_as_value", "attribute_not_allowed", "stream", "module_state",
+              "name_not_allowed", "call_not_allowed", "try_except", "context_manager",
+              "torch_compute", "jit_body", "no_forward", "no_launch")
+
+
 def check_source(source: str) -> list[Violation]:
-    """All guard violations in a candidate's source (empty list: the guard passes)."""
+    """All guard violations in a candidate's source (empty list: the guard passes), by line
+    and, within a line, most telling rule first."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         return [Violation("syntax", e.lineno or 0, f"syntax error: {e.msg}")]
-    return _Checker(tree).run()
+    v = _Checker(tree).run()
+    rank = {r: i for i, r in enumerate(RULE_ORDER)}
+    return sorted(v, key=lambda x: (x.line or 10 ** 9, rank.get(x.rule, len(rank))))
 
 
 def launched_kernels(source: str) -> set[str]:

@@ -16,7 +16,7 @@ STATIC = [
     ("tensor_subclass", "guard_failed", "module_state"),
     ("capture_aware", "guard_failed", "stream"),
     ("counter_default", "guard_failed", "module_state"),
-    ("counter_func_attr", "guard_failed", "attribute_not_allowed"),
+    ("counter_func_attr", "guard_failed", "reflection"),  # forward used as a value
     ("counter_tensor_attr", "guard_failed", "reflection"),
 ]
 
@@ -216,3 +216,115 @@ def test_strict_geomean_and_degenerate_times():
             tm.geomean(bad)
     tiny = [1e-300] * 4 + [1e300] * 4  # a naive product underflows and overflows
     assert math.isclose(tm.geomean(tiny), 1.0)
+
+
+# ---- issue 24: what a kernel-writing agent got through --------------------------------------
+# section 1 and the annotation payload of section 5: refused by the static guard, with the
+# rule in the verdict's detail (what the LLM proposer's context shows)
+GUARD_HOLES = [
+    ("typing_sys", "import"),  # typing.sys -> sys.modules, os.environ
+    ("tl_builtins_eval", "attribute_not_allowed"),  # tl.core.builtins.eval
+    ("torch_via_eval", "dynamic_code"),  # torch.softmax through eval
+    ("module_name_check", "reflection"),  # __name__: judged or installed
+    ("kernel_str", "reflection"),  # str() of a jit kernel
+    ("annotation_exec", "annotation_not_allowed"),  # PROBE: exec("...") = 0
+    ("call_count", "module_state"),  # a counter in a mutable default
+    ("grad_mode", "torch_compute"),  # torch.is_grad_enabled
+]
+
+
+@pytest.mark.parametrize("name,rule", GUARD_HOLES)
+def test_issue24_guard_holes_refused_with_a_named_rule(redteam, name, rule):
+    v = check("softmax", redteam(name))
+    assert (v.verdict, v.stage, v.code, v.rule) == ("rejected", "guard", "guard_failed", rule), v
+    assert f"[guard:{rule}]" in v.detail
+
+
+def test_annotation_payload_never_runs(redteam):
+    """The payload would end this process (SystemExit 3) if anything imported the source: the
+    judge, in or out of a child, and dispatch's re-guard refuse it before any import."""
+    from kernelsearch.harness.guard import check_source
+
+    src = redteam("annotation_exec").read_text()
+    assert check("softmax", src, isolate=False).rule == "annotation_not_allowed"
+    assert check_source(src)[0].rule == "annotation_not_allowed"
+
+
+MLA_CFG = {"BLOCK_H": 16, "BLOCK_N": 16, "GRID": 132, "STAGES": 1, "num_warps": 4}
+# sections 3 and 4: caught at run time by the inputs users send. (family, candidate, config,
+# judge options, accepted rules); every run draws fresh seeds, scalars, layouts, grad modes
+# and poison from cycles, so each is caught in every run
+FAST = dict(isolate=False, timing=False, dtypes=["float32"], seeds=1, random_shapes=1,
+            boundary=False, stress_calls=0)
+RUNTIME_HOLES = [
+    ("softmax", "contiguous_only", None, {}, {"tolerance"}),  # strided / transposed views
+    # large-finite poison -> unwritten, zeros -> tolerance (a zero may be computed)
+    ("softmax", "nan_poison_only", None, {}, {"unwritten", "tolerance"}),
+    ("softmax", "grad_mode", None, {"static_guard": False}, {"unwritten", "tolerance"}),
+    ("softmax", "call_count", None, {"static_guard": False, "stress_calls": None},
+     {"repeated_calls", "unwritten", "tolerance"}),  # 11 calls in a row on one tensor
+    ("softmax", "range_interior", None,
+     {"ranges": [{"match": {"cols": 17}, "ranges": {"rows": [8, 1024]}}]},
+     {"unwritten", "tolerance"}),
+    ("rmsnorm", "rmsnorm_eps_fixed", None, {"seeds": 3}, {"tolerance"}),  # eps 1e-5 etc.
+]
+
+
+@pytest.mark.parametrize("family,name,config,opts,rules", RUNTIME_HOLES)
+def test_issue24_runtime_holes_rejected_in_every_run(redteam, family, name, config, opts,
+                                                     rules):
+    seen = set()
+    for _ in range(5):
+        v = check(family, redteam(name), config, **{**FAST, **opts})
+        assert v.verdict == "rejected" and v.code == "incorrect" and v.rule in rules, v
+        seen.add(v.detail)
+    assert len(seen) == 5  # a fresh draw (seed) in each run
+
+
+def test_issue24_honest_candidates_accepted_in_every_run(redteam):
+    for _ in range(5):
+        for family, name in (("softmax", "honest"), ("rmsnorm", "rmsnorm_honest")):
+            v = check(family, redteam(name), **{**FAST, "seeds": 3, "stress_calls": None})
+            assert v.accepted, v
+            assert any(c.startswith("stress ") for c in v.checks), v.checks
+
+
+def test_range_interior_checked_where_ends_pass(redteam):
+    """The same candidate passes a judge told only the range ends (what certified tables
+    before): only the interior points catch it."""
+    v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (1024, 17)],
+                                                       "random_shapes": 0})
+    assert v.accepted, v
+
+
+@pytest.mark.parametrize("family,name,shape,seeds,rules", [
+    ("mla_decode", "mla_fixed_scale", (2, 4, 33, 16, 1), 2, {"tolerance"}),
+    ("mla_decode", "mla_longest_first", (3, 4, 40, 16, 1), 2, {"tolerance"}),
+    ("mla_decode", "mla_batch_cap", (3, 16, 17, 16, 1), 1, {"unwritten", "tolerance"}),
+    ("mla_decode", "mla_heads_cap", (1, 17, 17, 16, 1), 1, {"unwritten", "tolerance"}),
+    ("mla_decode", "mla_pages_cap", (1, 16, 65, 1, 1), 1, {"tolerance"}),
+    ("mla_sparse_decode", "mla_topk_cap", (1, 16, 100, 16, 65, 1), 1, {"tolerance"}),
+])
+def test_issue24_mla_holes_rejected(redteam, family, name, shape, seeds, rules):
+    """Each MLA hole at the shape that shows it (the cap shapes are in the family's boundary
+    set, so `kernel check` defaults run them too; the scale and the longest position are drawn
+    per check, and two checks always see a second scale and the longest not first)."""
+    from kernelsearch.families import get
+
+    fam = get(family)
+    if seeds == 1:
+        assert shape in fam.boundary_shapes([], "cpu")[0]
+    v = check(family, redteam(name), MLA_CFG, isolate=False, timing=False, dtypes=["float16"],
+              shapes=[shape], seeds=seeds, random_shapes=0, boundary=False, stress_calls=0)
+    assert v.verdict == "rejected" and v.code == "incorrect" and v.rule in rules, v
+
+
+def test_shipped_mla_variant_accepted_at_the_hole_shapes():
+    from kernelsearch.families import get
+
+    for family, shape in (("mla_decode", (3, 4, 40, 16, 1)), ("mla_sparse_decode",
+                                                               (1, 16, 100, 16, 65, 1))):
+        v = check(family, get(family).variants["splitkv"].file, MLA_CFG, isolate=False,
+                  timing=False, dtypes=["float16"], shapes=[shape], seeds=2, random_shapes=0,
+                  boundary=False, stress_calls=0)
+        assert v.accepted, v

@@ -1,0 +1,24 @@
+"""Red team (issue 24): wrong only for 300-500 rows, inside a table range of 8-1024 rows whose
+ends are right (the 5,001-8,000 rows of an 8-65,536 range, at CPU size): the judge checks a
+range's midpoint and a point of every octave in it (362 rows) -> incorrect/unwritten."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * sx + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(Y + row * sy + cols, (e / tl.sum(e, 0)).to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+def forward(x):
+    x2 = x.reshape(-1, x.shape[-1])
+    y = torch.empty_like(x2)
+    rows = x2.shape[0]
+    _softmax[(rows if rows < 300 or rows > 500 else rows - 1,)](
+        x2, y, x2.shape[1], x2.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y.view(x.shape)
