@@ -264,7 +264,7 @@ RUNTIME_HOLES = [
     ("softmax", "call_count", None, {"static_guard": False, "stress_calls": None},
      {"repeated_calls", "unwritten", "tolerance"}),  # 11 calls in a row on one tensor
     ("softmax", "range_interior", None,
-     {"ranges": [{"match": {"cols": 17}, "ranges": {"rows": [8, 1024]}}]},
+     {"ranges": [{"match": {"cols": 17}, "ranges": {"rows": [8, 520]}}]},
      {"unwritten", "tolerance"}),
     ("rmsnorm", "rmsnorm_eps_fixed", None, {"seeds": 3}, {"tolerance"}),  # eps 1e-5 etc.
 ]
@@ -292,7 +292,7 @@ def test_issue24_honest_candidates_accepted_in_every_run(redteam):
 def test_range_interior_checked_where_ends_pass(redteam):
     """The same candidate passes a judge told only the range ends (what certified tables
     before): only the interior points catch it."""
-    v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (1024, 17)],
+    v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (520, 17)],
                                                        "random_shapes": 0})
     assert v.accepted, v
 

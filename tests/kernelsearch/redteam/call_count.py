@@ -21,7 +21,9 @@ def forward(x, _seen={}):
     _seen.clear()
     _seen.update({x.data_ptr(): n})
     x2 = x.reshape(-1, x.shape[-1])
-    y = torch.empty_like(x2)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     _softmax[(x2.shape[0] if n <= 10 else 1,)](x2, y, x2.shape[1], x2.stride(0), y.stride(0),
                                                BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(x.shape)

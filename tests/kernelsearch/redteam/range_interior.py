@@ -1,4 +1,4 @@
-"""Red team (issue 24): wrong only for 300-500 rows, inside a table range of 8-1024 rows whose
+"""Red team (issue 24): wrong only for 300-500 rows, inside a table range of 8-520 rows whose
 ends are right (the 5,001-8,000 rows of an 8-65,536 range, at CPU size): the judge checks a
 range's midpoint and a point of every octave in it (362 rows) -> incorrect/unwritten."""
 import torch
@@ -17,7 +17,9 @@ def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
 
 def forward(x):
     x2 = x.reshape(-1, x.shape[-1])
-    y = torch.empty_like(x2)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     rows = x2.shape[0]
     _softmax[(rows if rows < 300 or rows > 500 else rows - 1,)](
         x2, y, x2.shape[1], x2.stride(0), y.stride(0), BLOCK=triton.next_power_of_2(x2.shape[1]))
