@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RED = ROOT / "tests" / "kernelsearch" / "redteam"
+DEVICE = os.environ.get("REDTEAM_DEVICE", "cuda")  # cpu: a smoke test of this script
 
 # (candidate, expected code, expected rule or None for any, extra check() arguments, modes)
 BOTH = ("events", "graph")
@@ -154,7 +155,7 @@ def _recertify(path: str, idx: list[int]) -> list[dict]:
             if all(k in d for k in fam.shape_dims):
                 ends.append(tuple(d[k] for k in fam.shape_dims))
         t = time.time()
-        v = check(e["family"], fam.variants[e["variant"]].file, e["config"], device="cuda",
+        v = check(e["family"], fam.variants[e["variant"]].file, e["config"], device=DEVICE,
                   isolate=False, timing=False, dtypes=[e["dtype"]], shapes=ends or None,
                   seeds=1, random_shapes=0, boundary=False, stress_calls=0,
                   ranges=[{"match": e["match"], "ranges": e["ranges"]}])
