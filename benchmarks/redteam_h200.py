@@ -32,16 +32,17 @@ REDTEAM = [
     ("hangs", "timeout", "wall_clock", {"timeout_s": 20}, ("events",)),
     ("honest", "accepted", "", {}, BOTH),
     ("first_rows", "incorrect", "unwritten", {}, BOTH),
-    ("capped_grid", "incorrect", "unwritten", {}, BOTH),
+    ("capped_grid", "incorrect", ("unwritten", "tolerance"), {}, BOTH),  # zero poison: tolerance
     ("narrow_only", "incorrect", "tolerance", {}, BOTH),
     ("precision_when_wide", "incorrect", "tolerance", {}, BOTH),
-    ("reuses_freed_output", "incorrect", "unwritten", {}, BOTH),
-    ("lazy_when_timed", "incorrect", "timed_output", {}, BOTH),
+    ("reuses_freed_output", "incorrect", ("unwritten", "tolerance"), {}, BOTH),
+    # NaN-only detection: the large/zero poison now catches it before timing
+    ("lazy_when_timed", "incorrect", ("timed_output", "unwritten", "tolerance"), {}, BOTH),
     ("only_tested_shapes", "incorrect", None, {}, BOTH),
     ("partial_output", "incorrect", "unwritten", {}, BOTH),
     ("mutates_input", "incorrect", "input_mutated", {}, BOTH),
     ("never_launches", "incorrect", "no_launch", {}, BOTH),
-    ("wrong_dtype", "incorrect", "wrong_shape_or_dtype", {}, BOTH),
+    ("wrong_dtype", "incorrect", ("wrong_shape_or_dtype", "tolerance"), {}, BOTH),  # views
     ("low_precision", "incorrect", "tolerance", {}, BOTH),
     ("torch_operators", "guard_failed", "torch_compute", {}, BOTH),
     ("compile_error", "compile_failed", None, {}, BOTH),
@@ -56,7 +57,7 @@ REDTEAM = [
     ("tensor_subclass", "guard_failed", "module_state", {}, BOTH),
     ("capture_aware", "guard_failed", "stream", {}, BOTH),
     ("counter_default", "guard_failed", "module_state", {}, BOTH),
-    ("counter_func_attr", "guard_failed", "monkey_patch", {}, BOTH),
+    ("counter_func_attr", "guard_failed", "reflection", {}, BOTH),  # forward as a value
     ("counter_tensor_attr", "guard_failed", "reflection", {}, BOTH),
     # issue 24: the guard's allow-list (sections 1 and 5)
     ("typing_sys", "guard_failed", "import", {}, BOTH),
@@ -71,7 +72,7 @@ REDTEAM = [
     ("contiguous_only", "incorrect", "tolerance", {}, BOTH),
     ("nan_poison_only", "incorrect", ("unwritten", "tolerance", "timed_output"), {}, BOTH),
     ("range_interior", "incorrect", ("unwritten", "tolerance"),
-     {"ranges": [{"match": {"cols": 4096}, "ranges": {"rows": [8, 65536]}}]}, BOTH),
+     {"ranges": [{"match": {"cols": 256}, "ranges": {"rows": [8, 65536]}}]}, BOTH),
     ("rmsnorm_eps_fixed", "incorrect", "tolerance", {"family": "rmsnorm"}, BOTH),
     ("rmsnorm_honest", "accepted", "", {"family": "rmsnorm"}, BOTH),
     ("mla_fixed_scale", "incorrect", "tolerance", {"family": "mla_decode", "config": MLA}, BOTH),

@@ -264,7 +264,7 @@ RUNTIME_HOLES = [
     ("softmax", "call_count", None, {"static_guard": False, "stress_calls": None},
      {"repeated_calls", "unwritten", "tolerance"}),  # 11 calls in a row on one tensor
     ("softmax", "range_interior", None,
-     {"ranges": [{"match": {"cols": 17}, "ranges": {"rows": [8, 520]}}]},
+     {"ranges": [{"match": {"cols": 17}, "ranges": {"rows": [8, 400]}}]},
      {"unwritten", "tolerance"}),
     ("rmsnorm", "rmsnorm_eps_fixed", None, {"seeds": 3}, {"tolerance"}),  # eps 1e-5 etc.
 ]
@@ -284,7 +284,7 @@ def test_issue24_runtime_holes_rejected_in_every_run(redteam, family, name, conf
 def test_issue24_honest_candidates_accepted_in_every_run(redteam):
     for _ in range(5):
         for family, name in (("softmax", "honest"), ("rmsnorm", "rmsnorm_honest")):
-            v = check(family, redteam(name), **{**FAST, "seeds": 3, "stress_calls": None})
+            v = check(family, redteam(name), **{**FAST, "stress_calls": None})
             assert v.accepted, v
             assert any(c.startswith("stress ") for c in v.checks), v.checks
 
@@ -292,7 +292,7 @@ def test_issue24_honest_candidates_accepted_in_every_run(redteam):
 def test_range_interior_checked_where_ends_pass(redteam):
     """The same candidate passes a judge told only the range ends (what certified tables
     before): only the interior points catch it."""
-    v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (520, 17)],
+    v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (400, 17)],
                                                        "random_shapes": 0})
     assert v.accepted, v
 
@@ -303,7 +303,7 @@ def test_range_interior_checked_where_ends_pass(redteam):
     ("mla_decode", "mla_batch_cap", (3, 16, 17, 16, 1), 1, {"unwritten", "tolerance"}),
     ("mla_decode", "mla_heads_cap", (1, 17, 17, 16, 1), 1, {"unwritten", "tolerance"}),
     ("mla_decode", "mla_pages_cap", (1, 16, 65, 1, 1), 1, {"tolerance"}),
-    ("mla_sparse_decode", "mla_topk_cap", (1, 16, 100, 16, 65, 1), 1, {"tolerance"}),
+    ("mla_sparse_decode", "mla_topk_cap", (1, 16, 100, 16, 65, 0), 1, {"tolerance"}),
 ])
 def test_issue24_mla_holes_rejected(redteam, family, name, shape, seeds, rules):
     """Each MLA hole at the shape that shows it (the cap shapes are in the family's boundary
@@ -323,7 +323,7 @@ def test_shipped_mla_variant_accepted_at_the_hole_shapes():
     from kernelsearch.families import get
 
     for family, shape in (("mla_decode", (3, 4, 40, 16, 1)), ("mla_sparse_decode",
-                                                               (1, 16, 100, 16, 65, 1))):
+                                                               (1, 16, 100, 16, 65, 0))):
         v = check(family, get(family).variants["splitkv"].file, MLA_CFG, isolate=False,
                   timing=False, dtypes=["float16"], shapes=[shape], seeds=2, random_shapes=0,
                   boundary=False, stress_calls=0)

@@ -96,6 +96,6 @@ FAMILY = mla.family(
     Path(__file__).parent, {"splitkv": {}, "rows": {}},
     n_tokens=n_tokens, int32_reads=lambda s: s[0] * s[4] * 4 + s[0] * 4,  # indices, seq_lens
     shape_dims=("B", "H", "L", "P", "TOPK", "R"), exact_dims=("H", "P", "TOPK"),
-    cheap=(1, 16, 100, 16, 33, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
+    cheap=(1, 16, 100, 16, 33, 0), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
     make_inputs=make_inputs, reference=reference, torch_default=torch_default,
     shape_of=shape_of)

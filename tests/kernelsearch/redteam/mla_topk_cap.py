@@ -1,5 +1,6 @@
 """Red team (issue 24): the shipped sparse MLA split-KV kernel reading the first 64 indices
-only: the boundary shape with top-k 65 -> incorrect/tolerance."""
+only: the boundary shape with top-k 65 (every sequence at its length: 65 selected)
+-> incorrect/tolerance."""
 import torch
 import triton
 import triton.language as tl
