@@ -191,10 +191,14 @@ def dispatch_runs(family: Family, args) -> bool:
         return False
     if family.layout_of is not None and family.layout_of(*args) != family.layout:
         return False
-    from kernelsearch import dispatch
-
-    usable = getattr(dispatch, "_usable", None)
-    return usable is None or bool(usable(family.name, args))
+    # what dispatch._usable requires (not imported: dispatch imports the harness; a test
+    # checks that the two agree)
+    ts = [a for a in args if isinstance(a, torch.Tensor)]
+    if not ts or any(t.device != ts[0].device for t in ts):
+        return False
+    if ts[0].device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    return family.name != "decode_attention" or all(t.stride(-1) == 1 for t in ts)
 
 
 class Draws:
@@ -358,7 +362,7 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
     if calls is None:
         calls = rng.randint(2000, 5000)
         if device != "cuda":
-            calls = max(6, min(calls, int(STRESS_CPU_S / per)))
+            calls = max(12, min(calls, int(STRESS_CPU_S / per)))  # 11 in a row at least
     checked = set(rng.sample(range(calls), min(calls, 12))) | {calls - 1}
     for i in range(calls):
         poison = poison_value(next(draws.poison), dtype)

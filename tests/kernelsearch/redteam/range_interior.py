@@ -1,4 +1,4 @@
-"""Red team (issue 24): wrong only for 300-500 rows, inside a table range of 8-400 rows whose
+"""Red team (issue 24): wrong only for 300-500 rows, inside a table range of 8-600 rows whose
 ends are right (the 5,001-8,000 rows of an 8-65,536 range, at CPU size): the judge checks a
 range's midpoint and the geometric midpoint of every octave in it (362 rows) ->
 incorrect/unwritten (the last row is never written). 64 rows a program keep the interpreter's
