@@ -299,25 +299,39 @@ def test_range_interior_checked_where_ends_pass(redteam):
 
 
 @pytest.mark.parametrize("family,name,shape,seeds,rules", [
-    ("mla_decode", "mla_fixed_scale", (2, 4, 33, 16, 1), 2, {"tolerance"}),
-    ("mla_decode", "mla_longest_first", (3, 4, 40, 16, 1), 2, {"tolerance"}),
-    ("mla_decode", "mla_batch_cap", (3, 16, 17, 16, 1), 1, {"unwritten", "tolerance"}),
-    ("mla_decode", "mla_heads_cap", (1, 17, 17, 16, 1), 1, {"unwritten", "tolerance"}),
-    ("mla_decode", "mla_pages_cap", (1, 16, 65, 1, 1), 1, {"tolerance"}),
-    ("mla_sparse_decode", "mla_topk_cap", (1, 16, 100, 16, 65, 0), 1, {"tolerance"}),
+    # four draws: every distribution, and a scale other than the default under a peaked one
+    ("mla_decode", "mla_fixed_scale", (2, 4, 33, 16, 1), 4, {"tolerance"}),
+    ("mla_decode", "mla_longest_first", (3, 4, 40, 16, 1), 6, {"tolerance"}),
 ])
-def test_issue24_mla_holes_rejected(redteam, family, name, shape, seeds, rules):
-    """Each MLA hole at the shape that shows it (the cap shapes are in the family's boundary
-    set, so `kernel check` defaults run them too; the scale and the longest position are drawn
-    per check, and two checks always see a second scale and the longest not first)."""
-    from kernelsearch.families import get
-
-    fam = get(family)
-    if seeds == 1:
-        assert shape in fam.boundary_shapes([], "cpu")[0]
+def test_issue24_mla_scale_and_order_holes_rejected(redteam, family, name, shape, seeds, rules):
+    """The scale and the longest position are drawn per check from cycles, so a few checks
+    always see another scale and the longest elsewhere than first."""
     v = check(family, redteam(name), MLA_CFG, isolate=False, timing=False, dtypes=["float16"],
               shapes=[shape], seeds=seeds, random_shapes=0, boundary=False, stress_calls=0)
     assert v.verdict == "rejected" and v.code == "incorrect" and v.rule in rules, v
+
+
+@pytest.mark.parametrize("family,name,shape,rules", [
+    ("mla_decode", "mla_batch_cap", (3, 16, 17, 16, 1), {"unwritten", "tolerance"}),
+    ("mla_decode", "mla_heads_cap", (1, 17, 17, 16, 1), {"unwritten", "tolerance"}),
+    ("mla_decode", "mla_pages_cap", (1, 16, 65, 1, 1), {"tolerance"}),
+    ("mla_sparse_decode", "mla_topk_cap", (1, 16, 100, 16, 65, 0), {"tolerance"}),
+])
+def test_issue24_mla_caps_rejected_at_their_boundary_shape(redteam, family, name, shape, rules):
+    """Each cap at the boundary shape that shows it, through the judge's boundary path (one
+    call, as `kernel check` makes at every boundary shape; the shape is in the family's set)."""
+    from kernelsearch.families import get
+    from kernelsearch.harness import correctness
+    from kernelsearch.harness.verdict import Rejected
+
+    fam = get(family)
+    assert shape in fam.boundary_shapes([], "cpu")[0]
+    runner = correctness.Runner(redteam(name).read_text(), MLA_CFG)
+    for _ in range(3):  # every run: fresh seeds, scales, poison
+        with pytest.raises(Rejected) as e:
+            correctness.check(runner, fam, [], ["float16"], "cpu", boundary=[shape],
+                              stress_calls=0)
+        assert e.value.code == "incorrect" and e.value.rule in rules, e.value
 
 
 def test_shipped_mla_variant_accepted_at_the_hole_shapes():
