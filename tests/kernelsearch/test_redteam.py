@@ -49,9 +49,13 @@ def test_runtime_cheats_rejected(redteam, name, code, rule):
 
 def test_lazy_when_not_watched_caught_on_the_timed_path(redteam):
     """Skips work when its output is not NaN-poisoned (i.e. when timed): the last timed run's
-    output is checked against the reference (and the timed path again on fresh inputs)."""
+    output is checked against the reference (and the timed path again on fresh inputs). Since
+    issue 24 the judge's own poison is NaN, a large value or zeros, so correctness sees it
+    first; with NaN poison only it is still the timed run that catches it."""
     v = check("softmax", redteam("lazy_when_timed"), isolate=False, incumbent=False)
-    assert (v.stage, v.code, v.rule) == ("timing", "incorrect", "timed_output"), v
+    assert (v.stage, v.code) == ("correctness", "incorrect") and v.rule in (
+        "unwritten", "tolerance"), v
+    assert "poison large" in v.detail or "poison zero" in v.detail, v.detail
 
 
 def test_low_precision_rejected_at_fp32(redteam):
@@ -134,17 +138,24 @@ AT_SCALE = [
     ("only_tested_shapes", "correctness", "incorrect", None),  # no longer left to luck
 ]
 # with the static guard off: the run-time rule that catches each (outputs of timed runs)
+# the counters turn lazy after a few calls on one tensor: since issue 24 the repeated-call
+# stage (and reused allocations between checks) sees it before the timed runs do
+COUNTED = (("correctness", "timing"), ("repeated_calls", "unwritten", "tolerance",
+                                       "timed_output"))
 UNGUARDED = [
     ("tensor_subclass", "correctness", "incorrect", "not_plain_tensor"),
-    ("counter_default", "timing", "incorrect", "timed_output"),
-    ("counter_func_attr", "timing", "incorrect", "timed_output"),
-    ("counter_tensor_attr", "timing", "incorrect", "timed_output"),
+    ("counter_default", COUNTED[0], "incorrect", COUNTED[1]),
+    ("counter_func_attr", COUNTED[0], "incorrect", COUNTED[1]),
+    ("counter_tensor_attr", COUNTED[0], "incorrect", COUNTED[1]),
 ]
 
 
 def _expect(v, stage, code, rule):
-    assert (v.verdict, v.stage, v.code) == ("rejected", stage, code), v
-    if rule:
+    stages = stage if isinstance(stage, tuple) else (stage,)
+    assert v.verdict == "rejected" and v.stage in stages and v.code == code, v
+    if isinstance(rule, tuple):
+        assert v.rule in rule, v
+    elif rule:
         assert v.rule == rule, v
     else:
         assert v.rule in ("unwritten", "tolerance"), v
