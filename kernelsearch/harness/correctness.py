@@ -388,13 +388,15 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
         if i not in checked:
             runner.call(args, poison=poison, grad=grad)
             continue
-        fresh = family.make_inputs(shape, dtype, device,
-                                   torch.Generator().manual_seed(_fresh_seed()), dist)
+        seed = _fresh_seed()
+        fresh = family.make_inputs(shape, dtype, device, torch.Generator().manual_seed(seed),
+                                   dist)
         for a, f in zip(args, fresh):
             if isinstance(a, torch.Tensor):
                 a.copy_(f)
         args = draws.scalars_into(args)
-        where = f"call {i + 2} of {calls + 1} in a row, shape {shape} {dtype}"
+        where = (f"call {i + 2} of {calls + 1} in a row on the same tensors, shape {shape} "
+                 f"{dtype} seed {seed} ({_describe(args, family)}, {grad})")
         try:
             _checked_call(runner, family, args, dtype, device, where, poison, grad)
         except Rejected as r:
