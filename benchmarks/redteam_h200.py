@@ -35,7 +35,7 @@ REDTEAM = [
     ("capped_grid", "incorrect", ("unwritten", "tolerance"), {}, BOTH),  # zero poison: tolerance
     ("narrow_only", "incorrect", "tolerance", {}, BOTH),
     ("precision_when_wide", "incorrect", "tolerance", {}, BOTH),
-    ("reuses_freed_output", "incorrect", ("unwritten", "tolerance"), {}, BOTH),
+    ("reuses_freed_output", "incorrect", ("unwritten", "tolerance", "repeated_calls"), {}, BOTH),
     # NaN-only detection: the large/zero poison now catches it before timing
     ("lazy_when_timed", "incorrect", ("timed_output", "unwritten", "tolerance"), {}, BOTH),
     ("only_tested_shapes", "incorrect", None, {}, BOTH),

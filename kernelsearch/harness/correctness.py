@@ -402,7 +402,7 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
         except Rejected as r:
             if r.code != "incorrect":
                 raise
-            raise _fail("repeated_calls", r.detail) from None
+            raise _fail("repeated_calls", f"({r.rule}) {r.detail}") from None
     if log is not None:
         log.append(f"stress {calls + 1} calls {shape} {dtype}")
     return calls + 1

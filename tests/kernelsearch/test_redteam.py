@@ -134,7 +134,8 @@ AT_SCALE = [
     ("capped_grid", "correctness", "incorrect", "unwritten"),  # 257 rows
     ("narrow_only", "correctness", "incorrect", "tolerance"),  # 2049 columns
     ("precision_when_wide", "correctness", "incorrect", "tolerance"),  # 4097 columns, float32
-    ("reuses_freed_output", "correctness", "incorrect", "unwritten"),
+    # the stale output shows in the first check or in the calls in a row, whichever comes first
+    ("reuses_freed_output", "correctness", "incorrect", ("unwritten", "repeated_calls")),
     ("only_tested_shapes", "correctness", "incorrect", None),  # no longer left to luck
 ]
 # with the static guard off: the run-time rule that catches each (outputs of timed runs)
