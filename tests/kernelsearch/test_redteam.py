@@ -69,7 +69,9 @@ def test_cache_on_data_ptr_caught_at_runtime_too(redteam):
     pointer, new values) exposes the stale cached result."""
     v = check("softmax", redteam("cache_data_ptr"), isolate=False, timing=False,
               static_guard=False)
-    assert (v.code, v.rule) == ("incorrect", "tolerance") and "in place" in v.detail, v
+    # or, since issue 24, the calls in a row on the same tensors: the cache answers, no launch
+    assert (v.code, v.rule) in (("incorrect", "tolerance"), ("incorrect", "no_launch")), v
+    assert "in place" in v.detail or "in a row" in v.detail, v
 
 
 def test_timer_patch_caught_at_runtime_and_undone(redteam):
