@@ -23,23 +23,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RED = ROOT / "tests" / "kernelsearch" / "redteam"
+DEVICE = os.environ.get("REDTEAM_DEVICE", "cuda")  # cpu: a smoke test of this script
 
 # (candidate, expected code, expected rule or None for any, extra check() arguments, modes)
 BOTH = ("events", "graph")
+MLA = {"BLOCK_H": 16, "BLOCK_N": 16, "GRID": 132, "STAGES": 1, "num_warps": 4}
 REDTEAM = [
     ("hangs", "timeout", "wall_clock", {"timeout_s": 20}, ("events",)),
     ("honest", "accepted", "", {}, BOTH),
     ("first_rows", "incorrect", "unwritten", {}, BOTH),
-    ("capped_grid", "incorrect", "unwritten", {}, BOTH),
+    ("capped_grid", "incorrect", ("unwritten", "tolerance"), {}, BOTH),  # zero poison: tolerance
     ("narrow_only", "incorrect", "tolerance", {}, BOTH),
     ("precision_when_wide", "incorrect", "tolerance", {}, BOTH),
-    ("reuses_freed_output", "incorrect", "unwritten", {}, BOTH),
-    ("lazy_when_timed", "incorrect", "timed_output", {}, BOTH),
+    ("reuses_freed_output", "incorrect", ("unwritten", "tolerance", "repeated_calls"), {}, BOTH),
+    # NaN-only detection: the large/zero poison now catches it before timing
+    ("lazy_when_timed", "incorrect", ("timed_output", "unwritten", "tolerance"), {}, BOTH),
     ("only_tested_shapes", "incorrect", None, {}, BOTH),
     ("partial_output", "incorrect", "unwritten", {}, BOTH),
     ("mutates_input", "incorrect", "input_mutated", {}, BOTH),
     ("never_launches", "incorrect", "no_launch", {}, BOTH),
-    ("wrong_dtype", "incorrect", "wrong_shape_or_dtype", {}, BOTH),
+    ("wrong_dtype", "incorrect", ("wrong_shape_or_dtype", "tolerance"), {}, BOTH),  # views
     ("low_precision", "incorrect", "tolerance", {}, BOTH),
     ("torch_operators", "guard_failed", "torch_compute", {}, BOTH),
     ("compile_error", "compile_failed", None, {}, BOTH),
@@ -54,21 +57,51 @@ REDTEAM = [
     ("tensor_subclass", "guard_failed", "module_state", {}, BOTH),
     ("capture_aware", "guard_failed", "stream", {}, BOTH),
     ("counter_default", "guard_failed", "module_state", {}, BOTH),
-    ("counter_func_attr", "guard_failed", "monkey_patch", {}, BOTH),
+    ("counter_func_attr", "guard_failed", "reflection", {}, BOTH),  # forward as a value
     ("counter_tensor_attr", "guard_failed", "reflection", {}, BOTH),
+    # issue 24: the guard's allow-list (sections 1 and 5)
+    ("typing_sys", "guard_failed", "import", {}, BOTH),
+    ("tl_builtins_eval", "guard_failed", "attribute_not_allowed", {}, BOTH),
+    ("torch_via_eval", "guard_failed", "dynamic_code", {}, BOTH),
+    ("module_name_check", "guard_failed", "reflection", {}, BOTH),
+    ("kernel_str", "guard_failed", "reflection", {}, BOTH),
+    ("annotation_exec", "guard_failed", "annotation_not_allowed", {}, BOTH),
+    ("call_count", "guard_failed", "module_state", {}, BOTH),
+    ("grad_mode", "guard_failed", "torch_compute", {}, BOTH),
+    # issue 24: inputs as users send them, edges of every dim, range interiors (3 and 4)
+    ("contiguous_only", "incorrect", "tolerance", {}, BOTH),
+    ("nan_poison_only", "incorrect", ("unwritten", "tolerance", "timed_output"), {}, BOTH),
+    ("range_interior", "incorrect", ("unwritten", "tolerance"),
+     {"ranges": [{"match": {"cols": 256}, "ranges": {"rows": [8, 65536]}}]}, BOTH),
+    ("rmsnorm_eps_fixed", "incorrect", "tolerance", {"family": "rmsnorm"}, BOTH),
+    ("rmsnorm_honest", "accepted", "", {"family": "rmsnorm"}, BOTH),
+    ("mla_fixed_scale", "incorrect", "tolerance", {"family": "mla_decode", "config": MLA}, BOTH),
+    ("mla_longest_first", "incorrect", "tolerance", {"family": "mla_decode", "config": MLA},
+     BOTH),
+    ("mla_batch_cap", "incorrect", ("unwritten", "tolerance"),
+     {"family": "mla_decode", "config": MLA}, BOTH),
+    ("mla_heads_cap", "incorrect", ("unwritten", "tolerance"),
+     {"family": "mla_decode", "config": MLA}, BOTH),
+    ("mla_pages_cap", "incorrect", "tolerance", {"family": "mla_decode", "config": MLA}, BOTH),
+    ("mla_topk_cap", "incorrect", "tolerance", {"family": "mla_sparse_decode", "config": MLA},
+     BOTH),
 ]
 TIMED = ("timed_output", "graph_output", "timed_path")
+COUNTED = TIMED + ("repeated_calls", "unwritten", "tolerance")  # issue 24: seen before timing
 # the same candidates with the static guard off: the run-time rule behind it
 UNGUARDED = [
     ("capture_aware", "incorrect", "graph_output", ("graph",)),  # eager runs are honest
     # the counters turn lazy after a number of calls: which timed-output check sees it first
     # depends on how many input sets the shape rotates through
-    ("counter_default", "incorrect", TIMED, BOTH),
-    ("counter_func_attr", "incorrect", TIMED, BOTH),
-    ("counter_tensor_attr", "incorrect", TIMED, BOTH),
+    ("counter_default", "incorrect", COUNTED, BOTH),
+    ("counter_func_attr", "incorrect", COUNTED, BOTH),
+    ("counter_tensor_attr", "incorrect", COUNTED, BOTH),
     ("tensor_subclass", "incorrect", "not_plain_tensor", BOTH),
-    ("cache_data_ptr", "incorrect", "tolerance", BOTH),
+    ("cache_data_ptr", "incorrect", ("tolerance", "no_launch"), BOTH),
     ("patches_timer", "guard_failed", "timer", BOTH),
+    # issue 24: no_grad / inference mode, thousands of calls in a row
+    ("grad_mode", "incorrect", ("unwritten", "tolerance"), BOTH),
+    ("call_count", "incorrect", ("repeated_calls", "unwritten", "tolerance") + TIMED, BOTH),
 ]
 
 
@@ -78,7 +111,8 @@ def jobs() -> list[tuple[str, str, dict, tuple]]:
     out = []
     for name, code, rule, extra, modes in REDTEAM:
         for m in modes:
-            out.append((f"redteam/{name}", m, dict(family="softmax", candidate=RED / f"{name}.py",
+            out.append((f"redteam/{name}", m, dict({"family": "softmax"},
+                                                   candidate=RED / f"{name}.py",
                                                    graph=m == "graph", **extra), (code, rule)))
     for name, code, rule, modes in UNGUARDED:
         for m in modes:
@@ -94,10 +128,91 @@ def jobs() -> list[tuple[str, str, dict, tuple]]:
             if not cfgs:  # skinny (M <= 16), persistent (M > 16), split (no power-of-two rows)
                 shape = next((tuple(s) for s in fam.sweep_shapes if var.configs(s)), None)
                 cfgs = var.configs(shape) if shape else var.configs()
+            # timed at one mid sweep shape (the whole sweep does not fit this run's lease);
+            # checked at every boundary shape, with the issue-24 inputs
+            mid = [tuple(fam.sweep_shapes[len(fam.sweep_shapes) // 2])]
             out.append((f"{n}/{vname}", "graph", dict(family=n, candidate=var.file,
-                                                      config=cfgs[len(cfgs) // 2], graph=True),
+                                                      config=cfgs[len(cfgs) // 2], graph=True,
+                                                      timing_shapes=mid),
                         ("accepted", "")))
     return out
+
+
+def _recertify(path: str, idx: list[int]) -> list[dict]:
+    """Correctness (no timing) of shipped table entries at their range ends, midpoints and a
+    point of every octave inside (judge `ranges`), in the entry's dtype, in this process
+    (shipped variants are the project's own code)."""
+    import torch  # noqa: F401
+
+    from kernelsearch.families import get
+    from kernelsearch.harness import check
+
+    doc = json.loads(Path(path).read_text())
+    entries = doc.get("entries") or doc.get("kernels", {}).get("entries", [])
+    out = []
+    for i in idx:
+        e = entries[i]
+        fam = get(e["family"])
+        ends = []
+        for end in (0, 1):
+            d = dict(e["match"], **{k: r[end] for k, r in e["ranges"].items()})
+            if all(k in d for k in fam.shape_dims):
+                ends.append(tuple(d[k] for k in fam.shape_dims))
+        t = time.time()
+        v = check(e["family"], fam.variants[e["variant"]].file, e["config"], device=DEVICE,
+                  isolate=False, timing=False, dtypes=[e["dtype"]], shapes=ends or None,
+                  seeds=1, random_shapes=0, boundary=False, stress_calls=0,
+                  ranges=[{"match": e["match"], "ranges": e["ranges"]}])
+        out.append({"table": Path(path).name, "entry": i, "family": e["family"],
+                    "variant": e["variant"], "dtype": e["dtype"], "match": e["match"],
+                    "ranges": e["ranges"], "code": v.code, "rule": v.rule,
+                    "n_checked": len(v.checked_shapes), "seconds": round(time.time() - t, 1),
+                    "detail": v.detail[:300]})
+    return out
+
+
+def recertify(out: Path, parallel: int, deadline_s: float) -> list[dict]:
+    import multiprocessing as mp
+
+    todo = []
+    for p in sorted((ROOT / "host_profiles" / "kernels").glob("*.json")):
+        doc = json.loads(p.read_text())
+        n = len(doc.get("entries") or doc.get("kernels", {}).get("entries", []))
+        todo += [(str(p), list(range(k, n, parallel))) for k in range(min(parallel, n))]
+    t0 = time.time()
+    ex = cf.ProcessPoolExecutor(max_workers=parallel, mp_context=mp.get_context("spawn"))
+    futs = [ex.submit(_recertify, p, idx) for p, idx in todo]
+    rows: list[dict] = []
+    done, pending = cf.wait(futs, timeout=deadline_s)
+    for f in done:
+        try:
+            rows += f.result()
+        except Exception as e:  # noqa: BLE001 - a worker's failure is a row, not the end
+            rows.append({"table": "?", "code": "error", "rule": type(e).__name__,
+                         "detail": str(e)[:300]})
+    rows.sort(key=lambda r: (r.get("table", ""), r.get("entry", 0)))
+    bad = [r for r in rows if r["code"] != "accepted"]
+    (out / "recertify-h200.json").write_text(json.dumps(
+        {"seconds": time.time() - t0, "rows": rows, "workers_not_finished": len(pending)},
+        indent=1, default=str))
+    lines = ["| table | entry | family/variant | dtype | ranges | code | rule | points |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["code"] != "accepted":
+            lines.append(f"| {r.get('table')} | {r.get('entry')} | {r.get('family')}/"
+                         f"{r.get('variant')} | {r.get('dtype')} | {r.get('ranges')} | "
+                         f"{r['code']} | {r['rule']} | {r.get('n_checked')} |")
+    by = {}
+    for r in rows:
+        by.setdefault(r.get("table"), [0, 0])[r["code"] == "accepted"] += 1
+    lines.append("\n" + "; ".join(f"{t}: {ok} accepted, {no} not" for t, (no, ok) in
+                                   sorted(by.items(), key=str))
+                 + f"; {sum(len(i) for _, i in todo) - len(rows)} entries not reached, "
+                 f"{time.time() - t0:.0f} s")
+    text = "\n".join(lines)
+    (out / "recertify-h200.md").write_text(text + "\n")
+    print(text, flush=True)
+    return bad
 
 
 def main() -> int:
@@ -108,6 +223,9 @@ def main() -> int:
                     help="device memory shared by the parallel children: each is capped at "
                          "gpu-gib / parallel (a check at the sweep's largest shape needs ~26)")
     ap.add_argument("--deadline-s", type=float, default=100.0)
+    ap.add_argument("--tables", type=float, default=0.0,
+                    help="also re-certify host_profiles/kernels/*.json (range ends, midpoints, "
+                         "octave points), with this many seconds, after the red team")
     ap.add_argument("--only", default=None,
                     help="comma list of prefixes of 'LABEL [MODE]', e.g. 'redteam/hangs,rope/'")
     args = ap.parse_args()
@@ -178,6 +296,9 @@ def main() -> int:
     text = "\n".join(lines)
     (out / "redteam-h200.md").write_text(text + "\n")
     print(text, flush=True)
+    ex.shutdown(wait=False, cancel_futures=True)
+    if args.tables > 0:
+        bad += recertify(out, args.parallel, args.tables)
     sys.stdout.flush()
     os._exit(0 if not bad else 1)  # leave unfinished children to the machine's clean-up
 

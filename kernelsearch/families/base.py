@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -19,6 +20,31 @@ TOLERANCES: dict[str, tuple[float, float, float]] = {
 
 # Value distributions the correctness stage draws from (fresh seed every check).
 DISTRIBUTIONS = ("normal", "uniform_wide", "outliers", "small")
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar argument as users pass it: the model presets the project ships first, then
+    values drawn from its real range (log-uniform when `log`)."""
+
+    presets: tuple[float, ...]
+    lo: float
+    hi: float
+    log: bool = False
+
+    def draw(self, rng: random.Random) -> float:
+        if self.log:
+            return math.exp(rng.uniform(math.log(self.lo), math.log(self.hi)))
+        return rng.uniform(self.lo, self.hi)
+
+    def cycle(self, rng: random.Random):
+        """Every preset once in a random order, then a random value, and again: a kernel that
+        hard-codes one preset meets the others within a few checks."""
+        ps = list(self.presets)
+        rng.shuffle(ps)
+        while True:
+            yield from ps
+            yield self.draw(rng)
 
 
 @dataclass(frozen=True)
@@ -89,6 +115,15 @@ class Family:
     cheap: Optional[Shape] = None
     interp_max: dict[str, int] = field(default_factory=dict)
     fit: Optional[Callable[[Shape], Shape]] = None
+    # scalar arguments (position in the signature -> its real range and presets): the judge
+    # replaces make_inputs's value with draws from it (MLA scale, rmsnorm eps)
+    scalars: dict[int, Scalar] = field(default_factory=dict)
+    # further boundary shapes for what is no single shape dim (MLA: page count = L / P)
+    edge_shapes: list[Shape] = field(default_factory=list)
+    # ragged batches: the argument holding the lengths and those whose dim 0 is the batch (the
+    # judge reorders the batch so the longest sequence comes first, last or in the middle)
+    lengths_arg: Optional[int] = None
+    batch_args: tuple[int, ...] = ()
 
     def tolerance(self, dtype: str) -> tuple[float, float, float]:
         return TOLERANCES[dtype]
@@ -123,11 +158,17 @@ class Family:
             if shape not in out and shape not in skipped:
                 where.append(shape)
 
+        def over(s: Shape) -> bool:
+            return device != "cuda" and any(
+                self.interp_max.get(d) is not None and s[i] > self.interp_max[d]
+                for i, d in enumerate(self.shape_dims))
+
         for i, d in enumerate(self.shape_dims):
             for e in self.edges.get(d, ()):
                 s = base[:i] + (e + 1,) + base[i + 1:]
-                cap = self.interp_max.get(d)
-                add(s, skipped if device != "cuda" and cap is not None and e + 1 > cap else out)
+                add(s, skipped if over(s) else out)
+        for s in self.edge_shapes:
+            add(tuple(s), skipped if over(tuple(s)) else out)
         for i, d in enumerate(self.shape_dims):
             top = max((int(c[i]) for c in claimed), default=0)
             if top > base[i]:
@@ -136,6 +177,74 @@ class Family:
                     skipped.remove(s)
                 add(s, out)
         return out, skipped
+
+
+    def range_shapes(self, match: dict, ranges: dict, rng: random.Random) -> list[Shape]:
+        """Where a table range is checked besides its ends: for each range dim, its arithmetic
+        midpoint, the geometric midpoint and a random point of every octave [2^k, 2^(k+1)] it
+        overlaps (a kernel wrong only for 5,001-8,000 rows of 8-65,536 meets 5,793), the other
+        range dims at their low end and the exact dims as matched (the sizes the entry is
+        used at); other dims at the cheap shape."""
+        base = dict(zip(self.shape_dims, self.cheap or self.tiny_shapes[0]))
+        base.update(match)
+        lows = {k: int(r[0]) for k, r in ranges.items()}
+        fit = self.fit or (lambda s: s)
+        out: list[Shape] = []
+        for d, (lo, hi) in ranges.items():
+            lo, hi = int(lo), int(hi)
+            pts = {lo, hi, (lo + hi) // 2}
+            k = max(0, int(math.log2(max(lo, 1))))
+            while (1 << k) <= hi:
+                a, b = max(lo, 1 << k), min(hi, (1 << (k + 1)))
+                if a <= b:
+                    pts.add(min(b, max(a, int(round(2 ** (k + 0.5))))))
+                    pts.add(rng.randint(a, b))
+                k += 1
+            for v in sorted(pts):
+                dims = dict(base, **lows)
+                dims[d] = v
+                s = tuple(fit(tuple(dims[x] for x in self.shape_dims)))
+                if s not in out:
+                    out.append(s)
+        return out
+
+
+LAYOUTS = ("contiguous", "offset", "unaligned", "row_strided", "transposed")
+PAD_VALUE = 300.0  # what the padding around a view holds: a kernel that reads it is wrong by far
+
+
+def relayout(t, kind: str):
+    """t's values in another memory layout, as a user's tensor may come: `offset` (a view 64
+    elements into a larger buffer), `unaligned` (1 element in: not 16-byte aligned),
+    `row_strided` (rows padded: a slice of a wider tensor), `transposed` (the last two dims
+    swapped in memory: last stride != 1). The spare memory holds PAD_VALUE (or -1)."""
+    import torch
+
+    if kind == "contiguous" or not isinstance(t, torch.Tensor) or t.dim() == 0 \
+            or t.numel() == 0:
+        return t
+    fill = PAD_VALUE if t.is_floating_point() else -1
+    if kind in ("offset", "unaligned"):
+        k = 64 if kind == "offset" else 1
+        buf = torch.full((t.numel() + k,), fill, dtype=t.dtype, device=t.device)
+        v = buf[k:].view(t.shape)
+    elif kind == "row_strided":
+        shape = tuple(t.shape)
+        buf = torch.full(shape[:-1] + (shape[-1] + 3,), fill, dtype=t.dtype, device=t.device)
+        v = buf[..., :shape[-1]]
+    elif kind == "transposed":
+        if t.dim() < 2:
+            buf = torch.full((t.numel() * 2,), fill, dtype=t.dtype, device=t.device)
+            v = buf[::2]
+        else:
+            shape = tuple(t.shape)
+            buf = torch.full(shape[:-2] + (shape[-1], shape[-2]), fill, dtype=t.dtype,
+                             device=t.device)
+            v = buf.transpose(-1, -2)
+    else:
+        raise ValueError(f"unknown layout {kind!r}; expected one of {LAYOUTS}")
+    v.copy_(t)
+    return v
 
 
 def dtype_of(name: str):

@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from kernelsearch.families.base import Family, Variant, randn
+from kernelsearch.families.base import Family, Scalar, Variant, randn
 
 D_LATENT = 512  # kv_lora_rank: the V width
 D_ROPE = 64  # qk_rope_head_dim
@@ -32,6 +32,11 @@ D_QK = D_LATENT + D_ROPE  # 576: the K width
 # 1/sqrt(576), what its tests use: a user porting from FlashMLA passes its scale explicitly.
 SCALE = 1.0 / math.sqrt(128 + 64)
 FLASHMLA_DEFAULT_SCALE = 1.0 / math.sqrt(D_QK)
+# the softmax scales users pass: this family's default, DeepSeek-V3's (1/sqrt(192) times its
+# YaRN mscale^2: 0.1352), the project's tiny preset (1/sqrt(16 + 64)), FlashMLA's tests'
+# (1/sqrt(576)); then anything a model with other head dims may use
+SCALES = Scalar((1.0 / math.sqrt(192), 0.1352, 1.0 / math.sqrt(80), 1.0 / math.sqrt(576)),
+                0.02, 0.25)
 POISON = 300.0  # what rows nobody may read hold: exp(scale * 576 * 300 * q) swamps any softmax
 
 
@@ -48,7 +53,8 @@ def seq_lens_for(B: int, L: int, page: int, ragged: int, gen):
     lens[0] = L
     if B > 1:
         lens[1] = min(L, page + 1)
-    return lens
+    # the longest sequence (and the one just past a page) at random positions of the batch
+    return lens[torch.randperm(B, generator=gen)].contiguous()
 
 
 def paged_cache(B: int, L: int, page: int, lens, dtype, device, gen, dist: str):
@@ -144,6 +150,10 @@ def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int
         raise ValueError("mla: block_table must be [B, max_blocks] and seq_lens [B]")
     if str(block_table.dtype) != "torch.int32" or str(seq_lens.dtype) != "torch.int32":
         raise ValueError("mla: block_table and seq_lens must be int32")
+    # the kernels index block_table by its row stride and read seq_lens densely: a row slice
+    # of a larger table (vLLM's) is fine; a column-strided table or strided lengths run torch
+    if block_table.stride(-1) != 1 or seq_lens.stride(0) != 1:
+        raise ValueError("mla: block_table needs unit last stride and seq_lens unit stride")
     page = kv_cache.shape[1]
     return B, q.shape[1], block_table.shape[1] * page, page
 
@@ -231,9 +241,19 @@ def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, 
         range_dims=("B", "L"),
         bound="compute",
         scale_of=per_sequence_rms,
-        # lengths just past a 64-token page/tile, a 256-token chunk and a 1024-token split; the
-        # CPU interpreter runs the first two (the GPU all, plus the largest claimed shape)
-        edges={"L": (64, 256, 1024)},
+        # lengths just past a 64-token page/tile, a 256-token chunk and a 1024-token split;
+        # batch past the few a grid may cap at, heads past a 16/64-head block, top-k past a
+        # 64/256-index tile and DeepSeek-V3.2's 2048; page counts past 64/256/1024/4096 pages
+        # (pages of one token). The CPU interpreter runs the cheap ones (the GPU all, plus the
+        # largest claimed shape)
+        edges={"L": (64, 256, 1024), "B": (2, 8, 32, 128), "H": (16, 64, 128),
+               "TOPK": (64, 256, 2048)},
+        edge_shapes=[tuple(cheap[:2]) + (n + 1, 1) + tuple(cheap[4:])
+                     for n in (64, 256, 1024, 4096)],
         cheap=cheap,
-        interp_max={"L": 257},
+        interp_max={"L": 257, "B": 3, "H": 17, "TOPK": 257},
+        scalars={len(signature.split(",")) - 1: SCALES},
+        lengths_arg=3,
+        batch_args=tuple(i for i, a in enumerate(signature[8:-1].split(", "))
+                         if a in ("q", "block_table", "seq_lens", "indices")),
     )

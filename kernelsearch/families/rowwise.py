@@ -14,7 +14,7 @@ TINY = [(3, 17), (8, 64), (5, 300), (1, 1000)]
 # blocks (next power of two of cols) cross them in cols. 3 rows / 17 columns keep the rest cheap;
 # the interpreter runs one program at a time (and a chunked loop one chunk at a time), so past
 # 257 rows and 8193 columns only the GPU checks.
-EDGES = {"rows": (64, 256, 4096, 65536), "cols": (1024, 2048, 4096, 8192, 16384)}
+EDGES = {"rows": (64, 256, 4096, 65536), "cols": (1024, 2048, 4096, 8192, 16384, 32768)}
 CHEAP = (3, 17)
 INTERP_MAX = {"rows": 257, "cols": 8193}
 

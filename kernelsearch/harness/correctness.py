@@ -3,13 +3,16 @@ inputs every check. Raises `Rejected(stage="correctness", ...)` at the first fai
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
+import time
 from typing import Any, Optional
 
 import torch
 
-from kernelsearch.families.base import DISTRIBUTIONS, Family, dtype_name
+from kernelsearch.families.base import (DISTRIBUTIONS, LAYOUTS, Family, dtype_name, dtype_of,
+                                        relayout)
 from kernelsearch.harness import guard, sandbox
 from kernelsearch.harness.verdict import Rejected
 
@@ -114,14 +117,17 @@ class Runner:
             self._ghost = sandbox.load(guard.ghost_source(self.source), "ghost")
         return self._ghost
 
-    def call(self, args, ghost: bool = False):
+    def call(self, args, ghost: bool = False, poison: float = float("nan"),
+             grad: str = "grad"):
+        """One sandboxed call: allocations filled with `poison`, under grad mode `grad`
+        (GRAD_MODES: training code, torch.no_grad, torch.inference_mode)."""
         mod = self.ghost if ghost else self.mod
         if self.library:
             _poison_pool(args)
-        box = sandbox.Sandbox({mod.__file__})
+        box = sandbox.Sandbox({mod.__file__}, value=poison)
         before = sum(c.count for c in self.counters)
         with sandbox.Watch({mod.__file__}) as w:
-            with box:
+            with _grad_mode(grad), box:
                 out = mod.forward(*args, **self.config)
         if w.new_threads:
             raise Rejected("correctness", "guard_failed", "thread",
@@ -154,6 +160,129 @@ def _poison_pool(args) -> None:
     blk = torch.empty(max(4 * n, 1 << 22), dtype=torch.uint8, device=ts[0].device)
     blk.fill_(0xFF)
     del blk
+
+
+GRAD_MODES = ("grad", "no_grad", "inference")
+POISONS = ("nan", "large", "zero")
+
+
+def _grad_mode(mode: str):
+    if mode == "no_grad":
+        return torch.no_grad()
+    if mode == "inference":
+        return torch.inference_mode()
+    return torch.enable_grad()
+
+
+def poison_value(kind: str, dtype: str) -> float:
+    """What the judge fills a candidate's allocations with: NaN, a large finite value of the
+    dtype, or zeros (a kernel that only checks for NaN in its output buffer meets the others)."""
+    if kind == "nan":
+        return float("nan")
+    if kind == "zero":
+        return 0.0
+    return float(torch.finfo(dtype_of(dtype)).max) / 4
+
+
+def _cycle(items, rng: random.Random):
+    """Every item once per round, in one random order: cycles of coprime lengths (4
+    distributions, 3 grad modes, 5 layouts, 3 or 5 scalar values) meet in every combination."""
+    xs = list(items)
+    rng.shuffle(xs)
+    while True:
+        yield from xs
+
+
+LONGEST = ("first", "last", "middle")
+
+
+def _cycle_fixed(xs: list):
+    while True:
+        yield from xs
+
+
+def dispatch_runs(family: Family, args) -> bool:
+    """Whether `dispatch.call` would hand these arguments to a table kernel (else torch runs
+    them, and the judge need not): the family takes their shape and layout, on one device."""
+    try:
+        family.shape_of(*args)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return False
+    if family.layout_of is not None and family.layout_of(*args) != family.layout:
+        return False
+    # what dispatch._usable requires (not imported: dispatch imports the harness; a test
+    # checks that the two agree)
+    ts = [a for a in args if isinstance(a, torch.Tensor)]
+    if not ts or any(t.device != ts[0].device for t in ts):
+        return False
+    if ts[0].device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    return family.name != "decode_attention" or all(t.stride(-1) == 1 for t in ts)
+
+
+class Draws:
+    """The judge's choices for each check, cycled so every kind comes up within a few checks:
+    value distribution, scalar values, memory layouts, grad mode, poison."""
+
+    def __init__(self, family: Family, rng: random.Random):
+        self.family, self.rng = family, rng
+        self.dist = _cycle(DISTRIBUTIONS, rng)
+        # boundary shapes check which elements are read and written: values under which every
+        # one shows (uniform_wide turns attention one-hot, and a dropped token can hide)
+        self.edge_dist = _cycle(("normal", "small"), rng)
+        self.grad = _cycle(GRAD_MODES, rng)
+        self.poison = _cycle(POISONS, rng)
+        self.scalars = {i: sc.cycle(rng) for i, sc in family.scalars.items()}
+        self.layouts: dict[int, Any] = {}
+        order = list(LONGEST)
+        k = rng.randrange(len(order))
+        self.longest = _cycle_fixed(order[k:] + order[:k])
+
+    def batch_order(self, args: tuple) -> tuple:
+        """The longest sequence of a ragged batch moved to the next position of a rotation
+        (first, last, middle): no two checks in a row have it first."""
+        f = self.family
+        if f.lengths_arg is None:
+            return args
+        lens = args[f.lengths_arg]
+        B = int(lens.shape[0])
+        where = next(self.longest)
+        if B < 2:
+            return args
+        cur = int(lens.argmax())
+        to = {"first": 0, "last": B - 1, "middle": max(1, B // 2)}[where]
+        perm = list(range(B))
+        perm[cur], perm[to] = perm[to], perm[cur]
+        idx = torch.tensor(perm, device=lens.device)
+        return tuple(a.index_select(0, idx) if i in f.batch_args else a
+                     for i, a in enumerate(args))
+
+    def scalars_into(self, args: tuple) -> tuple:
+        args = list(args)
+        for i, it in self.scalars.items():
+            if i < len(args):
+                args[i] = next(it)
+        return tuple(args)
+
+    def views_of(self, args: tuple) -> tuple[tuple, list[str]]:
+        """Each tensor argument re-laid in the next layout of its own cycle, kept where
+        dispatch would still run the kernel on it (else that argument stays contiguous)."""
+        args = list(args)
+        if not dispatch_runs(self.family, args):
+            return tuple(args), []
+        kinds = []
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                continue
+            kind = next(self.layouts.setdefault(i, _cycle(LAYOUTS, self.rng)))
+            if kind == "contiguous":
+                continue
+            trial = list(args)
+            trial[i] = relayout(a, kind)
+            if dispatch_runs(self.family, trial):
+                args = trial
+                kinds.append(f"arg{i}:{kind}")
+        return tuple(args), kinds
 
 
 def _fresh_seed() -> int:
@@ -191,12 +320,12 @@ def _unchanged(a, snap) -> bool:
 
 
 def _checked_call(runner: Runner, family: Family, args: tuple, dtype: str, device: str,
-                  where: str):
+                  where: str, poison: float = float("nan"), grad: str = "grad"):
     """One sandboxed call judged on everything a single output shows; returns the output. The
     reference runs after the candidate, on its own buffers: an output allocated into memory
-    the reference just freed cannot inherit its answer (and allocations are NaN-poisoned)."""
+    the reference just freed cannot inherit its answer (and allocations are poisoned)."""
     saved = [_snapshot(a) for a in args]
-    out, launches = runner.call(args)
+    out, launches = runner.call(args, poison=poison, grad=grad)
     if launches == 0 and not runner.library:
         raise _fail("no_launch", f"{where}: forward returned without launching any kernel")
     if type(out) is not torch.Tensor:
@@ -214,58 +343,163 @@ def _checked_call(runner: Runner, family: Family, args: tuple, dtype: str, devic
     del saved
     if _overlaps(out, args):
         raise _fail("aliases_input", f"{where}: output shares memory with an input")
-    compare(out, family.reference(*args), dtype, family, where)
+    ref = family.reference(*args)
+    try:
+        compare_poisoned(out, ref, dtype, family, where, poison)
+    except Rejected as r:
+        if r.rule != "tolerance" or math.isnan(poison):
+            raise
+        # zeros (or a value the kernel also computes) hide what was never written: the same
+        # call with NaN poison names it (the rule does not depend on the poison drawn)
+        again, _ = runner.call(args, poison=float("nan"), grad=grad)
+        left = int((torch.isnan(again) & ~torch.isnan(ref.to(again.device))).sum()) \
+            if isinstance(again, torch.Tensor) and again.shape == ref.shape else 0
+        if left:
+            raise _fail("unwritten", f"{where}: {left} of {again.numel()} output elements "
+                        f"are never written (NaN when allocations are NaN-poisoned); "
+                        f"{r.detail}") from None
+        raise
     return out
 
 
+def compare_poisoned(out, ref, dtype: str, family: Family, where: str, poison: float) -> None:
+    """`compare`, naming out-of-tolerance elements that still hold the large finite poison
+    (never written) `unwritten`, as NaN ones are (a zero may be computed: it stays
+    `tolerance`, the detail names the poison)."""
+    try:
+        compare(out, ref, dtype, family, where)
+    except Rejected as r:
+        if r.rule == "tolerance" and not math.isnan(poison) and poison != 0.0:
+            left = int(((out.detach() == poison) & (ref != poison)).sum())
+            if left:
+                raise _fail("unwritten", f"{where}: {left} of {out.numel()} output elements "
+                            f"still hold the poison {poison:g} the harness filled the output "
+                            f"with (never written); {r.detail}") from None
+        raise
+
+
+STRESS_CPU_S = 1.0  # interpreter seconds the repeated-call stage may take (a call is ~30 ms)
+
+
+def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: random.Random,
+           calls: Optional[int] = None, log: Optional[list] = None) -> int:
+    """The candidate called many times in a row at the cheap shape, as a serving loop does
+    (thousands on a GPU; as many as STRESS_CPU_S allows on the interpreter), on the same
+    tensors, with a dozen calls at random indices (and the last) checked on fresh values:
+    a kernel that behaves for its first N calls fails `repeated_calls`. Returns the count."""
+    shape = tuple(family.cheap or family.tiny_shapes[0])
+    dtype = dtypes[0]
+    draws = Draws(family, rng)
+    dist = "normal"
+    args = draws.scalars_into(family.make_inputs(
+        shape, dtype, device, torch.Generator().manual_seed(_fresh_seed()), dist))
+    t0 = time.perf_counter()
+    runner.call(args)
+    per = max(time.perf_counter() - t0, 1e-6)
+    if calls is None:
+        calls = rng.randint(2000, 5000)
+        if device != "cuda":
+            calls = max(12, min(calls, int(STRESS_CPU_S / per)))  # 11 in a row at least
+    checked = set(rng.sample(range(calls), min(calls, 12))) | {calls - 1}
+    for i in range(calls):
+        poison = poison_value(next(draws.poison), dtype)
+        grad = next(draws.grad)
+        if i not in checked:
+            runner.call(args, poison=poison, grad=grad)
+            continue
+        seed = _fresh_seed()
+        fresh = family.make_inputs(shape, dtype, device, torch.Generator().manual_seed(seed),
+                                   dist)
+        for a, f in zip(args, fresh):
+            if isinstance(a, torch.Tensor):
+                a.copy_(f)
+        args = draws.scalars_into(args)
+        where = (f"call {i + 2} of {calls + 1} in a row on the same tensors, shape {shape} "
+                 f"{dtype} seed {seed} ({_describe(args, family)}, {grad})")
+        try:
+            _checked_call(runner, family, args, dtype, device, where, poison, grad)
+        except Rejected as r:
+            # wrong values after calls that were right: the repetition is what shows it (a
+            # structural fault, a foreign type or no launch, keeps its own rule)
+            if r.rule not in ("tolerance", "unwritten", "non_finite"):
+                raise
+            raise _fail("repeated_calls", f"({r.rule}) {r.detail}") from None
+    if log is not None:
+        log.append(f"stress {calls + 1} calls {shape} {dtype}")
+    return calls + 1
+
+
 def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], device: str,
-          seeds: int = 2, log: Optional[list] = None, boundary: Optional[list] = None) -> list[str]:
+          seeds: int = 2, log: Optional[list] = None, boundary: Optional[list] = None,
+          stress_calls: Optional[int] = None) -> list[str]:
     """Every check; returns the list of passed checks (raises Rejected on the first failure).
     `boundary` shapes (Family.boundary_shapes) get one call per dtype each, with every check
     a single output allows; `shapes` get `seeds` draws with the repeat, in-place rewrite and
-    ghost checks on top."""
+    ghost checks on top. Every check draws its value distribution, scalars (Family.scalars),
+    memory layouts (where dispatch takes them), grad mode and poison from cycles (`Draws`);
+    the repeated-call stage (`stress`, stress_calls=0: none) runs at a random point."""
     log = log if log is not None else []
     rng = random.Random(_fresh_seed())
+    draws = Draws(family, rng)
     ghost_done = False
-    for shape in shapes:
-        for dtype in dtypes:
-            for _ in range(seeds):
-                seed = _fresh_seed()
-                dist = rng.choice(DISTRIBUTIONS)
-                where = f"shape {tuple(shape)} {dtype} {dist} seed {seed}"
-                gen = torch.Generator().manual_seed(seed)
-                args = family.make_inputs(tuple(shape), dtype, device, gen, dist)
-                out = _checked_call(runner, family, args, dtype, device, where)
-                out2, _ = runner.call(args)
-                if not bit_equal(out, out2):
-                    raise _fail("nondeterministic", f"{where}: a second run on the same inputs "
-                                "was not bit-identical")
-                # same buffers, new values: a result cached on data_ptr shows up here
-                gen2 = torch.Generator().manual_seed(seed ^ 0x5EED)
-                fresh = family.make_inputs(tuple(shape), dtype, device, gen2, dist)
-                for a, f in zip(args, fresh):
-                    if isinstance(a, torch.Tensor):
-                        a.copy_(f)
-                out3, _ = runner.call(args)
-                compare(out3, family.reference(*args), dtype, family,
-                        where + " (inputs rewritten in place)")
-                if not ghost_done and not runner.library:
-                    gout, _ = runner.call(args, ghost=True)
-                    if isinstance(gout, torch.Tensor) and bit_equal(gout, out3):
-                        raise _fail("ghost_unchanged", f"{where}: with every kernel body "
-                                    "replaced by a no-op the output did not change")
-                    ghost_done = True
-                log.append(f"{tuple(shape)} {dtype} {dist}")
+    plan = [(tuple(s), d) for s in shapes for d in dtypes for _ in range(seeds)]
+    stress_at = rng.randint(0, len(plan)) if stress_calls != 0 else -1
+    for k in range(len(plan) + 1):
+        if k == stress_at:
+            stress(runner, family, dtypes, device, rng, stress_calls, log)
+        if k == len(plan):
+            break
+        shape, dtype = plan[k]
+        seed = _fresh_seed()
+        dist = next(draws.dist)
+        poison_kind, grad = next(draws.poison), next(draws.grad)
+        poison = poison_value(poison_kind, dtype)
+        gen = torch.Generator().manual_seed(seed)
+        args = draws.batch_order(draws.scalars_into(
+            family.make_inputs(shape, dtype, device, gen, dist)))
+        args, kinds = draws.views_of(args)
+        where = (f"shape {shape} {dtype} {dist} seed {seed} ({_describe(args, family)}"
+                 f"{', ' + ' '.join(kinds) if kinds else ''}, {grad}, poison {poison_kind})")
+        out = _checked_call(runner, family, args, dtype, device, where, poison, grad)
+        out2, _ = runner.call(args, poison=poison, grad=grad)
+        if not bit_equal(out, out2):
+            raise _fail("nondeterministic", f"{where}: a second run on the same inputs "
+                        "was not bit-identical")
+        # same buffers, new values: a result cached on data_ptr shows up here
+        gen2 = torch.Generator().manual_seed(seed ^ 0x5EED)
+        fresh = family.make_inputs(shape, dtype, device, gen2, dist)
+        for a, f in zip(args, fresh):
+            if isinstance(a, torch.Tensor):
+                a.copy_(f)
+        out3, _ = runner.call(args, poison=poison, grad=grad)
+        compare_poisoned(out3, family.reference(*args), dtype, family,
+                         where + " (inputs rewritten in place)", poison)
+        if not ghost_done and not runner.library:
+            gout, _ = runner.call(args, ghost=True)
+            if isinstance(gout, torch.Tensor) and bit_equal(gout, out3):
+                raise _fail("ghost_unchanged", f"{where}: with every kernel body "
+                            "replaced by a no-op the output did not change")
+            ghost_done = True
+        log.append(f"{shape} {dtype} {dist}")
     for shape in boundary or []:
         for dtype in dtypes:
             seed = _fresh_seed()
-            dist = rng.choice(DISTRIBUTIONS)
-            where = f"boundary shape {tuple(shape)} {dtype} {dist} seed {seed}"
-            args = family.make_inputs(tuple(shape), dtype, device,
-                                      torch.Generator().manual_seed(seed), dist)
-            _checked_call(runner, family, args, dtype, device, where)
+            dist = next(draws.edge_dist)
+            poison_kind, grad = next(draws.poison), next(draws.grad)
+            args = draws.batch_order(draws.scalars_into(family.make_inputs(
+                tuple(shape), dtype, device, torch.Generator().manual_seed(seed), dist)))
+            where = (f"boundary shape {tuple(shape)} {dtype} {dist} seed {seed} "
+                     f"({_describe(args, family)}, {grad}, poison {poison_kind})")
+            _checked_call(runner, family, args, dtype, device, where,
+                          poison_value(poison_kind, dtype), grad)
         log.append(f"boundary {tuple(shape)}")
     return log
+
+
+def _describe(args: tuple, family: Family) -> str:
+    """The scalar arguments of a check, for its verdict detail."""
+    parts = [f"arg{i}={args[i]:.4g}" for i in family.scalars if i < len(args)]
+    return ", ".join(parts) if parts else "no scalars"
 
 
 def sandbox_equal(a: torch.Tensor, b: torch.Tensor) -> bool:

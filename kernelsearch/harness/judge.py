@@ -3,6 +3,7 @@ process; call this directly only for trusted code (the built-in variants) or ins
 from __future__ import annotations
 
 import os
+import random
 import time
 import traceback
 from pathlib import Path
@@ -100,12 +101,17 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
           ceilings=None, incumbent: bool = True, graph: bool = False,
           reps: int = 30, static_guard: bool = True, timing_dtype: Optional[str] = None,
           against: Optional[tuple] = None, claimed: Optional[list] = None,
-          boundary: bool = True, library: Optional[str] = None) -> Verdict:
+          boundary: bool = True, ranges: Optional[list] = None,
+          stress_calls: Optional[int] = None, library: Optional[str] = None) -> Verdict:
     """static_guard=False skips the AST guard (red-team tests of the runtime checks only).
     against=(source, config): an incumbent kernel to A/B against (interleaved) besides torch.
     shapes: checked with repeats (default: the family's tiny shapes); timing_shapes: where it is
     timed (default: the sweep on a GPU, one tiny shape on the CPU); claimed: further shapes the
     caller will use it at (a table range's largest point): their largest dims are checked.
+    ranges: table entries it will serve, each {"match": {dim: v}, "ranges": {dim: [lo, hi]}}:
+    their ends, midpoints and a point of every octave inside are checked (Family.range_shapes).
+    stress_calls: how many calls in a row the repeated-call stage makes (None: thousands on a
+    GPU, what a second allows on the interpreter; 0: none).
     boundary=False drops the boundary shapes (harness self-tests only). library: judge `source`
     as the library variant over that library (kernelsearch.families.library): it must be the
     shipped wrapper, byte for byte; the guard is skipped (it reads Triton source, not the
@@ -131,14 +137,16 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
                       random_shapes=random_shapes, seeds=seeds, timing=timing,
                       timing_shapes=timing_shapes, ceilings=ceilings, incumbent=incumbent,
                       graph=graph, reps=reps, timing_dtype=timing_dtype, against=against,
-                      claimed=claimed, boundary=boundary, t0=t0, lib=lib)
+                      claimed=claimed, boundary=boundary, ranges=ranges,
+                      stress_calls=stress_calls, t0=t0, lib=lib)
     finally:
         sandbox.cleanup(keep)  # the candidate's module files (ks-cand-*)
 
 
 def _judge(family_name: str, source: str, config: Optional[dict], *, device, dtypes, shapes,
            random_shapes, seeds, timing, timing_shapes, ceilings, incumbent, graph, reps,
-           timing_dtype, against, claimed, boundary, t0, lib=None) -> Verdict:
+           timing_dtype, against, claimed, boundary, ranges, stress_calls, t0,
+           lib=None) -> Verdict:
     checks = ["library: shipped wrapper (no guard)" if lib is not None else "guard"]
     import torch  # noqa: F401  (heavy imports only past the guard)
 
@@ -150,6 +158,11 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     shapes, edge, skipped, timed = plan_shapes(family, device, shapes, timing_shapes, claimed,
                                                timing, boundary)
     shapes += correctness.random_shapes(family, random_shapes, big=(device == "cuda"))
+    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    for r in ranges or []:
+        for s in family.range_shapes(dict(r.get("match", {})), dict(r.get("ranges", {})), rng):
+            if s not in edge:
+                edge.append(s)
     kind: dict = {}
     if lib is not None:  # the shapes and dtypes the library takes
         fit = lib.fit or (lambda s: s)
@@ -172,7 +185,7 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     try:
         runner = correctness.Runner(source, config, library=lib is not None)
         correctness.check(runner, family, shapes, dtypes, device, seeds=seeds, log=checks,
-                          boundary=edge)
+                          boundary=edge, stress_calls=stress_calls)
         if timing:
             stage = "timing"
             for shape in timed:

@@ -144,10 +144,10 @@ def instrument(mod: ModuleType, kernel_names: set[str]) -> list[LaunchCounter]:
     return counters
 
 
-def _poison(t):
+def _poison(t, value: float = float("nan")):
     if isinstance(t, torch.Tensor) and t.numel():
         if t.is_floating_point():
-            t.fill_(float("nan"))
+            t.fill_(value)
         elif t.dtype != torch.bool:
             t.fill_(-1)
     return t
@@ -156,10 +156,11 @@ def _poison(t):
 class Sandbox(TorchFunctionMode):
     """Active only around forward(): flags torch compute called from candidate files."""
 
-    def __init__(self, files: set[str], poison: bool = True):
+    def __init__(self, files: set[str], poison: bool = True, value: float = float("nan")):
         super().__init__()
         self.files = files
         self.poison = poison
+        self.value = value  # what allocations are filled with (the judge varies it)
         self.violations: list[str] = []
 
     def _caller_is_candidate(self) -> bool:
@@ -177,7 +178,7 @@ class Sandbox(TorchFunctionMode):
                 self.violations.append(name)
             out = func(*args, **kwargs)
             if self.poison and name in ALLOC:
-                _poison(out)
+                _poison(out, self.value)
             return out
         return func(*args, **kwargs)
 

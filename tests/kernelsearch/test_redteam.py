@@ -16,7 +16,7 @@ STATIC = [
     ("tensor_subclass", "guard_failed", "module_state"),
     ("capture_aware", "guard_failed", "stream"),
     ("counter_default", "guard_failed", "module_state"),
-    ("counter_func_attr", "guard_failed", "monkey_patch"),
+    ("counter_func_attr", "guard_failed", "reflection"),  # forward used as a value
     ("counter_tensor_attr", "guard_failed", "reflection"),
 ]
 
@@ -49,9 +49,13 @@ def test_runtime_cheats_rejected(redteam, name, code, rule):
 
 def test_lazy_when_not_watched_caught_on_the_timed_path(redteam):
     """Skips work when its output is not NaN-poisoned (i.e. when timed): the last timed run's
-    output is checked against the reference (and the timed path again on fresh inputs)."""
+    output is checked against the reference (and the timed path again on fresh inputs). Since
+    issue 24 the judge's own poison is NaN, a large value or zeros, so correctness sees it
+    first; with NaN poison only it is still the timed run that catches it."""
     v = check("softmax", redteam("lazy_when_timed"), isolate=False, incumbent=False)
-    assert (v.stage, v.code, v.rule) == ("timing", "incorrect", "timed_output"), v
+    assert (v.stage, v.code) == ("correctness", "incorrect") and v.rule in (
+        "unwritten", "tolerance"), v
+    assert "poison large" in v.detail or "poison zero" in v.detail, v.detail
 
 
 def test_low_precision_rejected_at_fp32(redteam):
@@ -65,7 +69,9 @@ def test_cache_on_data_ptr_caught_at_runtime_too(redteam):
     pointer, new values) exposes the stale cached result."""
     v = check("softmax", redteam("cache_data_ptr"), isolate=False, timing=False,
               static_guard=False)
-    assert (v.code, v.rule) == ("incorrect", "tolerance") and "in place" in v.detail, v
+    # or, since issue 24, the calls in a row on the same tensors: the cache answers, no launch
+    assert (v.code, v.rule) in (("incorrect", "tolerance"), ("incorrect", "no_launch")), v
+    assert "in place" in v.detail or "in a row" in v.detail, v
 
 
 def test_timer_patch_caught_at_runtime_and_undone(redteam):
@@ -130,21 +136,29 @@ AT_SCALE = [
     ("capped_grid", "correctness", "incorrect", "unwritten"),  # 257 rows
     ("narrow_only", "correctness", "incorrect", "tolerance"),  # 2049 columns
     ("precision_when_wide", "correctness", "incorrect", "tolerance"),  # 4097 columns, float32
-    ("reuses_freed_output", "correctness", "incorrect", "unwritten"),
+    # the stale output shows in the first check or in the calls in a row, whichever comes first
+    ("reuses_freed_output", "correctness", "incorrect", ("unwritten", "repeated_calls")),
     ("only_tested_shapes", "correctness", "incorrect", None),  # no longer left to luck
 ]
 # with the static guard off: the run-time rule that catches each (outputs of timed runs)
+# the counters turn lazy after a few calls on one tensor: since issue 24 the repeated-call
+# stage (and reused allocations between checks) sees it before the timed runs do
+COUNTED = (("correctness", "timing"), ("repeated_calls", "unwritten", "tolerance",
+                                       "timed_output"))
 UNGUARDED = [
     ("tensor_subclass", "correctness", "incorrect", "not_plain_tensor"),
-    ("counter_default", "timing", "incorrect", "timed_output"),
-    ("counter_func_attr", "timing", "incorrect", "timed_output"),
-    ("counter_tensor_attr", "timing", "incorrect", "timed_output"),
+    ("counter_default", COUNTED[0], "incorrect", COUNTED[1]),
+    ("counter_func_attr", COUNTED[0], "incorrect", COUNTED[1]),
+    ("counter_tensor_attr", COUNTED[0], "incorrect", COUNTED[1]),
 ]
 
 
 def _expect(v, stage, code, rule):
-    assert (v.verdict, v.stage, v.code) == ("rejected", stage, code), v
-    if rule:
+    stages = stage if isinstance(stage, tuple) else (stage,)
+    assert v.verdict == "rejected" and v.stage in stages and v.code == code, v
+    if isinstance(rule, tuple):
+        assert v.rule in rule, v
+    elif rule:
         assert v.rule == rule, v
     else:
         assert v.rule in ("unwritten", "tolerance"), v
@@ -185,7 +199,8 @@ def test_verdict_names_checked_skipped_and_timed_shapes(redteam):
     assert v.accepted, v
     checked = {tuple(s) for s in v.checked_shapes}
     assert {(65, 17), (257, 17), (3, 1025), (3, 2049), (3, 4097), (3, 8193)} <= checked
-    assert {tuple(s) for s in v.skipped_shapes} == {(4097, 17), (65537, 17), (3, 16385)}  # GPU
+    assert {tuple(s) for s in v.skipped_shapes} == {(4097, 17), (65537, 17), (3, 16385),
+                                                    (3, 32769)}  # GPU only
     assert v.timed_shapes == [[3, 17]] and "toy shape" in v.summary["timing"]
 
 
@@ -215,3 +230,162 @@ def test_strict_geomean_and_degenerate_times():
             tm.geomean(bad)
     tiny = [1e-300] * 4 + [1e300] * 4  # a naive product underflows and overflows
     assert math.isclose(tm.geomean(tiny), 1.0)
+
+
+# ---- issue 24: what a kernel-writing agent got through --------------------------------------
+# section 1 and the annotation payload of section 5: refused by the static guard, with the
+# rule in the verdict's detail (what the LLM proposer's context shows)
+GUARD_HOLES = [
+    ("typing_sys", "import"),  # typing.sys -> sys.modules, os.environ
+    ("tl_builtins_eval", "attribute_not_allowed"),  # tl.core.builtins.eval
+    ("torch_via_eval", "dynamic_code"),  # torch.softmax through eval
+    ("module_name_check", "reflection"),  # __name__: judged or installed
+    ("kernel_str", "reflection"),  # str() of a jit kernel
+    ("annotation_exec", "annotation_not_allowed"),  # PROBE: exec("...") = 0
+    ("call_count", "module_state"),  # a counter in a mutable default
+    ("grad_mode", "torch_compute"),  # torch.is_grad_enabled
+]
+
+
+@pytest.mark.parametrize("name,rule", GUARD_HOLES)
+def test_issue24_guard_holes_refused_with_a_named_rule(redteam, name, rule):
+    v = check("softmax", redteam(name))
+    assert (v.verdict, v.stage, v.code, v.rule) == ("rejected", "guard", "guard_failed", rule), v
+    assert f"[guard:{rule}]" in v.detail
+
+
+def test_annotation_payload_never_runs(redteam):
+    """The payload would end this process (SystemExit 3) if anything imported the source: the
+    judge, in or out of a child, and dispatch's re-guard refuse it before any import."""
+    from kernelsearch.harness.guard import check_source
+
+    src = redteam("annotation_exec").read_text()
+    assert check("softmax", src, isolate=False).rule == "annotation_not_allowed"
+    assert check_source(src)[0].rule == "annotation_not_allowed"
+
+
+MLA_CFG = {"BLOCK_H": 16, "BLOCK_N": 16, "GRID": 132, "STAGES": 1, "num_warps": 4}
+# sections 3 and 4: caught at run time by the inputs users send. (family, candidate, config,
+# judge options, accepted rules); every run draws fresh seeds, scalars, layouts, grad modes
+# and poison from cycles, so each is caught in every run
+FAST = dict(isolate=False, timing=False, dtypes=["float32"], seeds=1, random_shapes=1,
+            boundary=False, stress_calls=0)
+RUNTIME_HOLES = [
+    # strided / transposed views (two draws a shape: a one-row shape hides a layout)
+    ("softmax", "contiguous_only", None, {"seeds": 2}, {"tolerance"}),
+    # large-finite poison -> unwritten, zeros -> tolerance (a zero may be computed)
+    ("softmax", "nan_poison_only", None, {}, {"unwritten", "tolerance"}),
+    ("softmax", "grad_mode", None, {"static_guard": False}, {"unwritten", "tolerance"}),
+    ("softmax", "call_count", None, {"static_guard": False, "stress_calls": None},
+     {"repeated_calls", "unwritten", "tolerance"}),  # 11 calls in a row on one tensor
+    ("softmax", "range_interior", None,
+     {"ranges": [{"match": {"cols": 17}, "ranges": {"rows": [8, 600]}}]},
+     {"unwritten", "tolerance"}),
+    ("rmsnorm", "rmsnorm_eps_fixed", None, {"seeds": 3}, {"tolerance"}),  # eps 1e-5 etc.
+]
+
+
+@pytest.mark.parametrize("family,name,config,opts,rules", RUNTIME_HOLES)
+def test_issue24_runtime_holes_rejected_in_every_run(redteam, family, name, config, opts,
+                                                     rules):
+    seen = set()
+    for _ in range(5):
+        v = check(family, redteam(name), config, **{**FAST, **opts})
+        assert v.verdict == "rejected" and v.code == "incorrect" and v.rule in rules, v
+        seen.add(v.detail)
+    assert len(seen) == 5  # a fresh draw (seed) in each run
+
+
+def test_issue24_honest_candidates_accepted_in_every_run(redteam):
+    for _ in range(5):
+        for family, name in (("softmax", "honest"), ("rmsnorm", "rmsnorm_honest")):
+            v = check(family, redteam(name), **{**FAST, "stress_calls": None})
+            assert v.accepted, v
+            assert any(c.startswith("stress ") for c in v.checks), v.checks
+
+
+def test_range_interior_checked_where_ends_pass(redteam):
+    """The same candidate passes a judge told only the range ends (what certified tables
+    before): only the interior points catch it."""
+    v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (600, 17)],
+                                                       "random_shapes": 0})
+    assert v.accepted, v
+
+
+@pytest.mark.parametrize("family,name,shape,seeds,rules", [
+    # four draws: every distribution, and a scale other than the default under a peaked one
+    ("mla_decode", "mla_fixed_scale", (2, 4, 33, 16, 1), 4, {"tolerance"}),
+    ("mla_decode", "mla_longest_first", (3, 4, 40, 16, 1), 6, {"tolerance"}),
+])
+def test_issue24_mla_scale_and_order_holes_rejected(redteam, family, name, shape, seeds, rules):
+    """The scale and the longest position are drawn per check from cycles, so a few checks
+    always see another scale and the longest elsewhere than first."""
+    v = check(family, redteam(name), MLA_CFG, isolate=False, timing=False, dtypes=["float16"],
+              shapes=[shape], seeds=seeds, random_shapes=0, boundary=False, stress_calls=0)
+    assert v.verdict == "rejected" and v.code == "incorrect" and v.rule in rules, v
+
+
+@pytest.mark.parametrize("family,name,shape,rules", [
+    ("mla_decode", "mla_batch_cap", (3, 16, 17, 16, 1), {"unwritten", "tolerance"}),
+    ("mla_decode", "mla_heads_cap", (1, 17, 17, 16, 1), {"unwritten", "tolerance"}),
+    ("mla_decode", "mla_pages_cap", (1, 16, 65, 1, 1), {"tolerance"}),
+    ("mla_sparse_decode", "mla_topk_cap", (1, 16, 100, 16, 65, 0), {"tolerance"}),
+])
+def test_issue24_mla_caps_rejected_at_their_boundary_shape(redteam, family, name, shape, rules):
+    """Each cap at the boundary shape that shows it, through the judge's boundary path (one
+    call, as `kernel check` makes at every boundary shape; the shape is in the family's set)."""
+    from kernelsearch.families import get
+    from kernelsearch.harness import correctness
+    from kernelsearch.harness.verdict import Rejected
+
+    fam = get(family)
+    assert shape in fam.boundary_shapes([], "cpu")[0]
+    runner = correctness.Runner(redteam(name).read_text(), MLA_CFG)
+    for _ in range(3):  # every run: fresh seeds, scales, poison
+        with pytest.raises(Rejected) as e:
+            correctness.check(runner, fam, [], ["float16"], "cpu", boundary=[shape],
+                              stress_calls=0)
+        assert e.value.code == "incorrect" and e.value.rule in rules, e.value
+
+
+def test_shipped_mla_variant_accepted_at_the_hole_shapes():
+    from kernelsearch.families import get
+
+    for family, shape in (("mla_decode", (3, 4, 40, 16, 1)), ("mla_sparse_decode",
+                                                               (1, 16, 100, 16, 65, 0))):
+        v = check(family, get(family).variants["splitkv"].file, MLA_CFG, isolate=False,
+                  timing=False, dtypes=["float16"], shapes=[shape], seeds=2, random_shapes=0,
+                  boundary=False, stress_calls=0)
+        assert v.accepted, v
+
+
+def test_judge_views_follow_what_dispatch_runs():
+    """The judge feeds a re-laid tensor only where dispatch would run a kernel on it: its
+    predicate agrees with dispatch's own on every layout (decode attention refuses a
+    non-unit last stride, MLA a strided block table, the rest take any view)."""
+    import torch
+
+    from kernelsearch import dispatch
+    from kernelsearch.families import get
+    from kernelsearch.families.base import LAYOUTS, relayout
+    from kernelsearch.harness.correctness import dispatch_runs
+
+    seen = set()
+    for name in ("softmax", "rmsnorm", "decode_attention", "mla_decode", "mla_sparse_decode"):
+        fam = get(name)
+        args = fam.make_inputs(tuple(fam.tiny_shapes[0]), "float16", "cpu",
+                               torch.Generator().manual_seed(0), "normal")
+        for i, a in enumerate(args):
+            for kind in LAYOUTS:
+                trial = list(args)
+                trial[i] = relayout(a, kind)
+                if isinstance(a, torch.Tensor) and kind != "contiguous":
+                    assert torch.equal(trial[i], a) and trial[i].data_ptr() != a.data_ptr()
+                try:
+                    fam.shape_of(*trial)
+                    theirs = dispatch._usable(name, trial)
+                except ValueError:
+                    theirs = False
+                assert dispatch_runs(fam, trial) == theirs, (name, i, kind)
+                seen.add(theirs)
+    assert seen == {True, False}

@@ -30,8 +30,9 @@ def _scale(X, W, Y, n_cols, eps, BLOCK: tl.constexpr):
 
 def forward(x, weight, eps):
     n = x.shape[-1]
+    x = x.contiguous()  # any view dispatch hands over (the judge sends them since issue 24)
     y = torch.empty_like(x)
-    _scale[(x.numel() // n,)](x.contiguous(), weight, y, n, eps, BLOCK=1 << (n - 1).bit_length())
+    _scale[(x.numel() // n,)](x, weight.contiguous(), y, n, eps, BLOCK=1 << (n - 1).bit_length())
     return y
 '''
 ACCEPTED = {"verdict": "accepted", "stage": "timing", "code": "accepted", "checks": ["guard"]}

@@ -395,7 +395,9 @@ def certified_entries(family: str, rows: list[dict], device: str, isolate: bool 
             lib = {"library": var.library} if var is not None and var.kind == "library" else {}
             v = check(family, src, e.config, device=device,
                       isolate=isolate, timeout_s=timeout_s, dtypes=[e.dtype], shapes=[pt],
-                      seeds=1, random_shapes=0, timing=False, **lib)
+                      seeds=1, random_shapes=0, timing=False,
+                      ranges=[{"match": e.match, "ranges": e.ranges}],  # its interior too
+                      **lib)
             made.append({"variant": e.variant, "config": e.config, "dtype": e.dtype,
                          "shape": list(pt), "code": v.code, "rule": v.rule})
             if v.accepted:

@@ -133,7 +133,8 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, BLOCK_H: int = 64, BLO
         per * BLOCK_N, scale * 1.4426950408889634, q.stride(0), q.stride(1),
         block_table.stride(0), out.stride(0), out.stride(1),
         PAGE=page, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one,
-        TMA=page % BLOCK_N == 0, WS=bool(WS), num_warps=num_warps)
+        TMA=page % BLOCK_N == 0 and kv_cache.data_ptr() % 16 == 0,  # TMA needs aligned rows
+        WS=bool(WS), num_warps=num_warps)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
         _tma_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0), out.stride(1),

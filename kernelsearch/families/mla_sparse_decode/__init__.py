@@ -111,8 +111,9 @@ def torch_default(q, kv_cache, block_table, seq_lens, indices, scale, *,
 
 def shape_of(q, kv_cache, block_table, seq_lens, indices, scale):
     B, nh, cap, page = mla.check_common(q, kv_cache, block_table, seq_lens)
-    if indices.dim() != 2 or indices.shape[0] != B or str(indices.dtype) != "torch.int32":
-        raise ValueError("mla_sparse: indices must be [B, topk] int32")
+    if indices.dim() != 2 or indices.shape[0] != B or str(indices.dtype) != "torch.int32" \
+            or indices.stride(-1) != 1:
+        raise ValueError("mla_sparse: indices must be [B, topk] int32 with unit last stride")
     return (B, nh, cap, page, indices.shape[1], 1)
 
 
@@ -127,7 +128,7 @@ FAMILY = mla.family(
     Path(__file__).parent, {"splitkv": {}, "rows": {}},
     n_tokens=n_tokens, int32_reads=lambda s: s[0] * s[4] * 4 + s[0] * 4,  # indices, seq_lens
     shape_dims=("B", "H", "L", "P", "TOPK", "R"), exact_dims=("H", "P", "TOPK"),
-    cheap=(1, 16, 100, 16, 33, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
+    cheap=(1, 16, 100, 16, 33, 0), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
     make_inputs=make_inputs, reference=reference, torch_default=torch_default,
     shape_of=shape_of)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import rowwise
-from kernelsearch.families.base import Family, Variant, randn
+from kernelsearch.families.base import Family, Scalar, Variant, randn
 
 HERE = Path(__file__).parent
 EPS = 1e-6
+# the epsilons users pass: Llama 3 (and the Llama workload) 1e-5, DeepSeek/Qwen 1e-6, then any
+# in the range models use
+EPSILONS = Scalar((1e-5, 1e-6), 1e-8, 1e-4, log=True)
 
 
 def make_inputs(shape, dtype, device, gen, dist="normal"):
@@ -62,4 +65,5 @@ FAMILY = Family(
     edges=rowwise.EDGES,
     cheap=rowwise.CHEAP,
     interp_max=rowwise.INTERP_MAX,
+    scalars={2: EPSILONS},
 )

@@ -25,6 +25,7 @@ def _rmsnorm_looped(X, W, Y, n_cols, sx, sy, eps, BLOCK: tl.constexpr, STAGES: t
 
 def forward(x, weight, eps, *, BLOCK: int = 1024, STAGES: int = 2, num_warps: int = 4):
     n_cols = x.shape[-1]
+    weight = weight.contiguous()  # a strided weight view: the kernel reads it with unit stride
     # contiguous x in as it is, y out in x's shape (see softmax/row.py)
     x2 = x if x.is_contiguous() else x.reshape(-1, n_cols)
     if x2.stride(-1) != 1:

@@ -15,7 +15,9 @@ def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
 
 def forward(x):
     x2 = x.reshape(-1, x.shape[-1])
-    y = torch.empty_like(x2)
+    if x2.stride(-1) != 1:  # a transposed view: the kernel reads rows with unit stride
+        x2 = x2.contiguous()
+    y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
     _softmax[(x2.shape[0],)](x2, y, x2.shape[1], x2.stride(0), y.stride(0),
                              BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(x.shape)

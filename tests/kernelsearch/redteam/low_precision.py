@@ -15,6 +15,8 @@ def _softmax_bf16(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
 
 
 def forward(x):
+    if x.stride(-1) != 1:  # a transposed view: rows are read with unit stride
+        x = x.contiguous()
     y = torch.empty_like(x)
     _softmax_bf16[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0),
                                  BLOCK=triton.next_power_of_2(x.shape[1]))

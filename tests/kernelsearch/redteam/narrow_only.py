@@ -20,6 +20,8 @@ def _softmax_narrow(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr, WIDE: tl.constexp
 
 
 def forward(x):
+    if x.stride(-1) != 1:  # a transposed view: rows are read with unit stride
+        x = x.contiguous()
     y = torch.empty_like(x)
     block = min(triton.next_power_of_2(x.shape[1]), 2048)
     _softmax_narrow[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=block,

@@ -14,6 +14,8 @@ def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
 
 
 def forward(x):
+    if x.stride(-1) != 1:  # a transposed view: rows are read with unit stride
+        x = x.contiguous()
     y = torch.empty_like(x)
     _softmax[(max(x.shape[0] - 1, 1),)](x, y, x.shape[1], x.stride(0), y.stride(0),
                                         BLOCK=triton.next_power_of_2(x.shape[1]))

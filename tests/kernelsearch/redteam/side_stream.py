@@ -14,6 +14,8 @@ def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
 
 
 def forward(x):
+    if x.stride(-1) != 1:  # a transposed view: rows are read with unit stride
+        x = x.contiguous()
     y = torch.empty_like(x)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):

@@ -14,6 +14,8 @@ def _softmax(X, Y, n_cols, sx, sy, BLOCK: tl.constexpr):
 
 
 def forward(x):
+    if x.stride(-1) != 1:  # a transposed view: rows are read with unit stride
+        x = x.contiguous()
     y = torch.empty_like(x)
     _softmax[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=16)
     return torch.softmax(x, dim=-1)

@@ -349,7 +349,7 @@ REDTEAM_CASES = [
     ("tensor_subclass", "guard_failed", "module_state"),
     ("capture_aware", "guard_failed", "stream"),
     ("counter_default", "guard_failed", "module_state"),
-    ("counter_func_attr", "guard_failed", "monkey_patch"),
+    ("counter_func_attr", "guard_failed", "reflection"),
     ("counter_tensor_attr", "guard_failed", "reflection"),
     ("jit_removes_file", "guard_failed", "jit_body"),
     ("jit_writes_outside", "guard_failed", "jit_body"),
@@ -358,14 +358,29 @@ REDTEAM_CASES = [
     ("crash_wild_pointer", "crashed", "signal:SIGSEGV"),
     ("memory_hog", "crashed", "memory_limit"),
     ("hangs", "timeout", "wall_clock"),
+    # issue 24: the allow-list's holes
+    ("typing_sys", "guard_failed", "import"),
+    ("tl_builtins_eval", "guard_failed", "attribute_not_allowed"),
+    ("torch_via_eval", "guard_failed", "dynamic_code"),
+    ("module_name_check", "guard_failed", "reflection"),
+    ("kernel_str", "guard_failed", "reflection"),
+    ("annotation_exec", "guard_failed", "annotation_not_allowed"),
+    ("call_count", "guard_failed", "module_state"),
+    ("grad_mode", "guard_failed", "torch_compute"),
 ]
+# issue 24's run-time cheats need the judge options of tests/kernelsearch/test_redteam.py (a
+# table range, more draws) or another family
+OTHER_OPTIONS = {"contiguous_only", "nan_poison_only", "range_interior", "rmsnorm_eps_fixed",
+                 "rmsnorm_honest", "mla_fixed_scale", "mla_longest_first", "mla_batch_cap",
+                 "mla_heads_cap", "mla_pages_cap", "mla_topk_cap"}
 
 
 def test_every_red_team_reply_ends_rejected_with_its_code_and_never_stored(tmp_path):
     from tuner.search.sources import run_source_search, store_in
     from tuner.search.trial_stats import outcome
 
-    assert {p.stem for p in REDTEAM.glob("*.py")} - {c[0] for c in REDTEAM_CASES} == {"honest"}
+    assert {p.stem for p in REDTEAM.glob("*.py")} - {c[0] for c in REDTEAM_CASES} \
+        - OTHER_OPTIONS == {"honest"}
     api = API()
     api.queue = [with_source("softmax", (REDTEAM / f"{n}.py").read_text(), n)
                  for n, _, _ in REDTEAM_CASES]

@@ -1,0 +1,32 @@
+"""Red team (issue 24): wrong only for 300-500 rows, inside a table range of 8-600 rows whose
+ends are right (the 5,001-8,000 rows of an 8-65,536 range, at CPU size): the judge checks a
+range's midpoint and the geometric midpoint of every octave in it (362 rows) ->
+incorrect/unwritten (the last row is never written). 64 rows a program keep the interpreter's
+grid small."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax(X, Y, n_rows, n_cols, sx, sy, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    m = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    r64 = rows.to(tl.int64)[:, None]
+    x = tl.load(X + r64 * sx + cols[None, :], mask=m, other=-float("inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 1)[:, None])
+    y = e / tl.sum(e, 1)[:, None]
+    tl.store(Y + r64 * sy + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+
+
+def forward(x):
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    rows = x2.shape[0]
+    done = rows if rows < 300 or rows > 500 else rows - 1
+    _softmax[(triton.cdiv(done, 64),)](x2, y, done, x2.shape[1], x2.stride(0), y.stride(0),
+                                       ROWS=64, BLOCK=triton.next_power_of_2(x2.shape[1]))
+    return y
