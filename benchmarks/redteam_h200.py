@@ -171,11 +171,14 @@ def _recertify(path: str, idx: list[int]) -> list[dict]:
     return out
 
 
-def recertify(out: Path, parallel: int, deadline_s: float) -> list[dict]:
+def recertify(out: Path, parallel: int, deadline_s: float, names: str = "") -> list[dict]:
     import multiprocessing as mp
 
     todo = []
+    pick = set(names.split(",")) - {""}
     for p in sorted((ROOT / "host_profiles" / "kernels").glob("*.json")):
+        if pick and p.name not in pick:
+            continue
         doc = json.loads(p.read_text())
         n = len(doc.get("entries") or doc.get("kernels", {}).get("entries", []))
         todo += [(str(p), list(range(k, n, parallel))) for k in range(min(parallel, n))]
@@ -226,6 +229,8 @@ def main() -> int:
     ap.add_argument("--tables", type=float, default=0.0,
                     help="also re-certify host_profiles/kernels/*.json (range ends, midpoints, "
                          "octave points), with this many seconds, after the red team")
+    ap.add_argument("--table-names", default="",
+                    help="comma list of table file names to re-certify (default: every one)")
     ap.add_argument("--only", default=None,
                     help="comma list of prefixes of 'LABEL [MODE]', e.g. 'redteam/hangs,rope/'")
     args = ap.parse_args()
@@ -298,7 +303,7 @@ def main() -> int:
     print(text, flush=True)
     ex.shutdown(wait=False, cancel_futures=True)
     if args.tables > 0:
-        bad += recertify(out, args.parallel, args.tables)
+        bad += recertify(out, args.parallel, args.tables, args.table_names)
     sys.stdout.flush()
     os._exit(0 if not bad else 1)  # leave unfinished children to the machine's clean-up
 
