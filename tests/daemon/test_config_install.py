@@ -33,7 +33,7 @@ def test_defaults_are_safe():
 @pytest.mark.parametrize("text, field, expect", [
     ("stop_policy = 'maybe'\n", "stop_policy", "'keep' or 'rollback'"),
     ("health_interval_s = 0\n", "health_interval_s", "greater than or equal to 0.1"),
-    ("[metrics]\nenabled = true\naddress = '0.0.0.0'\n", "metrics.address", "loopback"),
+    ("[metrics]\nenabled = true\naddress = 'localhost'\n", "metrics.address", "IP address to bind"),
     ("[search]\nwindows = ['25:00-03:00']\n", "search.windows", "HH:MM-HH:MM"),
     ("backend = 'sim'\n", "(top level)", "sim_root"),
     ("stop_polcy = 'keep'\n", "stop_polcy", "unknown setting"),
