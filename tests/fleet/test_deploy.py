@@ -198,3 +198,42 @@ def test_containerfile_passes_hadolint_and_its_copies_build_the_package(tmp_path
                         "-w", str(tmp_path / "wheel"), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert len(list((tmp_path / "wheel").glob("metaltune-*.whl"))) == 1
+
+
+def _ansible_env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_HOME": str(tmp_path / "ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "LC_ALL": "C.UTF-8", "NO_COLOR": "1"}
+
+
+def test_playbook_is_ansible_lint_clean(tmp_path):
+    """ansible-lint (the real one, offline: no Galaxy or schema downloads) found 12 failures."""
+    tool = BIN / "ansible-lint"
+    assert tool.exists(), "ansible-lint is a test extra: pip install -e '.[test]'"
+    r = subprocess.run([str(tool), "--offline", "--nocolor", "--profile", "production", "rollout.yml"],
+                       capture_output=True, text=True, timeout=600, cwd=DEPLOY / "ansible", env=_ansible_env(tmp_path))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "0 failure(s), 0 warning(s)" in out, out[-2000:]
+
+
+def test_the_example_inventory_is_a_standard_one_the_play_accepts(tmp_path):
+    inv = DEPLOY / "ansible/inventory.example.ini"
+    env = _ansible_env(tmp_path)
+    r = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(inv), "--list"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    hv = doc["_meta"]["hostvars"]
+    assert set(hv) == {"gpu-canary-01", "gpu-01", "gpu-02"} and doc["canary"]["hosts"] == ["gpu-canary-01"]
+    assert all(v["ansible_user"] == "root" and v["metaltune_python"] == v["ansible_python_interpreter"]
+               for v in hv.values())
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(DEPLOY / "ansible/rollout.yml"),
+                        "--syntax-check", "-e", "profile=h200", "-e", "policy=/etc/metaltune/policy.yaml"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the canaries are the first batch: the play's serial takes hosts in inventory order
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(DEPLOY / "ansible/rollout.yml"),
+                        "--list-hosts", "-e", "profile=h200"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "hosts (3)" in r.stdout, r.stdout + r.stderr
+    text = (DEPLOY / "ansible/rollout.yml").read_text()
+    assert "--policy " in text and "policy | default('')" in text
