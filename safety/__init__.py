@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+#: tells metaltune this is its own `safety`, not PyPI's vulnerability scanner of the same name
+__metaltune__ = True
+
 _EXPORTS = {
     "Journal": "safety.journal",
     "Incident": "safety.incident",

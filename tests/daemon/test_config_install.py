@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -33,7 +34,7 @@ def test_defaults_are_safe():
 @pytest.mark.parametrize("text, field, expect", [
     ("stop_policy = 'maybe'\n", "stop_policy", "'keep' or 'rollback'"),
     ("health_interval_s = 0\n", "health_interval_s", "greater than or equal to 0.1"),
-    ("[metrics]\nenabled = true\naddress = '0.0.0.0'\n", "metrics.address", "loopback"),
+    ("[metrics]\nenabled = true\naddress = 'localhost'\n", "metrics.address", "IP address to bind"),
     ("[search]\nwindows = ['25:00-03:00']\n", "search.windows", "HH:MM-HH:MM"),
     ("backend = 'sim'\n", "(top level)", "sim_root"),
     ("stop_polcy = 'keep'\n", "stop_polcy", "unknown setting"),
@@ -195,3 +196,85 @@ def test_check_fails_for_references_that_do_not_resolve(tmp_path, extra, field):
                       "profile": 'profile = "h200"\n'}.get(good, ""))
     r = cli("daemon", "--check", "--config", str(cfg))
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def _venv(base: Path) -> Path:
+    """A venv-shaped tree whose `metaltune` the unit would run: bin/metaltune (#! its python)."""
+    v = base / "venv"
+    (v / "bin").mkdir(parents=True)
+    (v / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (v / "bin/python").symlink_to("/usr/bin/python3")
+    exe = v / "bin/metaltune"
+    exe.write_text(f"#!{v}/bin/python\nimport sys\nfrom tuner.cli import run\nsys.exit(run())\n")
+    exe.chmod(0o755)
+    return v
+
+
+@needs_analyze
+@pytest.mark.parametrize("hidden", ["/tmp", "/root"])
+def test_a_tree_the_sandbox_hides_is_bound_read_only(tmp_path, hidden):
+    """A venv under /root (ProtectHome=yes) or /tmp (PrivateTmp=yes) is not there for the service:
+    the unit used to fail with 203/EXEC. Now it binds that tree read-only, `systemd-analyze verify`
+    passes, and `daemon --check --root` says ok; without the bind it says not ok."""
+    import tempfile
+
+    if not os.access(hidden, os.W_OK):
+        pytest.skip(f"cannot write under {hidden}")
+    base = Path(tempfile.mkdtemp(prefix="metaltune-test-", dir=hidden))
+    try:
+        venv = _venv(base)
+        root = tmp_path / "root"
+        r = cli("install", "--root", str(root), "--exec", str(venv / "bin/metaltune"))
+        assert r.returncode == 0, r.stderr
+        assert f"bind   {venv} read-only" in r.stdout
+        assert "next: metaltune daemon --check --root" in r.stdout and "systemctl enable --now metaltune" in r.stdout
+        unit = root / "etc/systemd/system/metaltune.service"
+        lines = unit.read_text().splitlines()
+        binds = next(l for l in lines if l.startswith("BindReadOnlyPaths=")).split("=", 1)[1].split()
+        assert str(venv) in binds
+        # homes stay hidden except the bound tree (systemd.exec(5): tmpfs with BindReadOnlyPaths=)
+        assert ("ProtectHome=tmpfs" if hidden == "/root" else "ProtectHome=yes") in lines
+        assert "PrivateTmp=yes" in lines
+        v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+        assert v.returncode == 0 and "metaltune.service" not in v.stderr, v.stderr
+        sec = subprocess.run(["systemd-analyze", "security", "--offline=yes", str(unit)],
+                             capture_output=True, text=True, timeout=60)
+        level = float(re.search(r"Overall exposure level for metaltune.service: ([\d.]+)", sec.stdout).group(1))
+        assert level <= 3.0, sec.stdout[-500:]  # the bind costs no hardening (2.9 OK without it)
+        r = cli("daemon", "--check", "--root", str(root))
+        assert r.returncode == 0 and "can run it" in r.stdout, r.stderr
+        # the unit as it was written before: no bind, so the service cannot see its executable
+        unit.write_text("\n".join(l for l in lines if not l.startswith("BindReadOnlyPaths=")) + "\n")
+        r = cli("daemon", "--check", "--root", str(root))
+        assert r.returncode == 1 and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+        assert "not ok" in r.stderr and str(venv / "bin/metaltune") in r.stderr and "203/EXEC" in r.stderr
+    finally:
+        shutil.rmtree(base)
+
+
+def test_check_root_says_not_ok_for_metrics_the_unit_cannot_serve(tmp_path):
+    """`daemon --check` said ok for metrics behind PrivateNetwork=yes, and could not check what
+    `install --root DIR` wrote at all."""
+    root = tmp_path / "root"
+    assert cli("install", "--root", str(root)).returncode == 0
+    cfg = root / "etc/metaltune/config.toml"
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 0 and "can run it" in r.stdout, r.stderr
+    head, metrics = cfg.read_text().split("[metrics]")
+    cfg.write_text(head + "[metrics]" + re.sub(r"(?m)^enabled = false", "enabled = true", metrics))
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 1 and "PrivateNetwork=yes" in r.stderr and "metaltune install" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1
+    assert cli("install", "--root", str(root)).returncode == 0          # the unit follows the config
+    assert "IPAddressAllow=localhost" in (root / "etc/systemd/system/metaltune.service").read_text()
+    assert cli("daemon", "--check", "--root", str(root)).returncode == 0
+    # beyond loopback: the fence lets only localhost through until the scraper is allowed
+    cfg.write_text(cfg.read_text().replace('address = "127.0.0.1"', 'address = "0.0.0.0"'))
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 1 and "--allow-ip" in r.stderr and "0.0.0.0" in r.stderr, r.stderr
+    assert cli("install", "--root", str(root), "--allow-ip", "10.20.0.0/16").returncode == 0
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 0, r.stderr
+    # --root alone does not start a daemon
+    r = cli("daemon", "--root", str(root))
+    assert r.returncode == 2 and "--check" in r.stderr

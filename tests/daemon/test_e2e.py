@@ -67,7 +67,7 @@ def test_install_start_apply_xid_rollback(tmp_path, sim_host, start_daemon):
     d.wait_ready()
     before = scrape(port)
     assert metric(before, "metaltune_knob_value", knob="gpu0.power_limit_w", gpu="0") == 700
-    assert metric(before, "metaltune_gpu_temp", gpu="0") is not None  # health gauges, DCGM style
+    assert metric(before, "metaltune_gpu_temperature_celsius", gpu="0") is not None  # health gauges, DCGM style
 
     prof = write_profile(tmp_path / "tuned.yaml", 600)
     r = d.cli("apply", str(prof), "--probation", "0.5")
@@ -99,7 +99,7 @@ def test_install_start_apply_xid_rollback(tmp_path, sim_host, start_daemon):
     assert metric(m, "metaltune_incidents_total", type="xid", xid="79") == 1
     assert metric(m, "metaltune_rollbacks_total", reason="instability_xid") == 1
     assert metric(m, "metaltune_knob_value", knob="gpu0.power_limit_w", gpu="0") == 700
-    assert metric(m, "metaltune_xid_errors", gpu="0") == 79 or metric(m, "metaltune_xid_errors") == 79
+    assert metric(m, "metaltune_gpu_last_xid", gpu="0") == 79
     # the changed candidate is quarantined: applying it again is refused
     again = d.call("apply", profile=str(prof), probation_s=0.5)
     assert again["ok"] is False and "quarantined" in again["error"]

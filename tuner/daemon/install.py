@@ -23,9 +23,15 @@ Why each privilege and hardening line (the unit is rendered by `render_unit`):
 - NoNewPrivileges: the setuid nvidia-modprobe cannot run from the service; the device nodes exist
   once the driver is loaded (nvidia-persistenced or boot), which the unit orders itself after.
 - No MemoryDenyWriteExecute: search children JIT kernels (Triton/LLVM need W+X pages).
+- ProtectHome=yes and PrivateTmp=yes hide /home, /root, /run/user and /tmp, /var/tmp from the
+  service. When ExecStart, its interpreter or PYTHONPATH lie there (a checkout or venv in a home
+  directory), the unit binds exactly those trees read-only (BindReadOnlyPaths=; ProtectHome=tmpfs,
+  the setting systemd.exec(5) pairs with BindReadOnlyPaths=, so the rest of the homes stays
+  hidden) instead of failing at start with status 203/EXEC. `hidden_trees` finds them.
 - Network: PrivateNetwork=yes when metrics are off, no BMC is configured (etc/metaltune/bmc.yaml)
   and no --allow-ip is given (the daemon needs no network then); otherwise IPAddressDeny=any with
-  IPAddressAllow=localhost (metrics are loopback only) plus the BMC's address and each --allow-ip.
+  IPAddressAllow=localhost (metrics bind loopback by default) plus the BMC's address and each
+  --allow-ip (the Prometheus server, for a metrics address beyond loopback).
 """
 from __future__ import annotations
 
@@ -72,10 +78,10 @@ proposer = "optuna"
 min_interval_s = 86400
 timeout_s = 14400
 
-[metrics]                               # Prometheus endpoint; loopback only. Enabling it needs
-enabled = false                         # `metaltune install` again (the unit then gets loopback network)
-address = "127.0.0.1"
-port = 9477
+[metrics]                               # Prometheus endpoint, no listener unless enabled. Enabling it
+enabled = false                         # needs `metaltune install` again (the unit then gets loopback
+address = "127.0.0.1"                   # network); an address beyond loopback also --allow-ip SCRAPER.
+port = 9477                             # `metaltune daemon --check` says whether the unit can serve it
 """
 
 
@@ -101,12 +107,89 @@ def _source_checkout() -> Optional[Path]:
     return pkg.parent if spec is not None else None
 
 
+#: what ProtectHome=yes and PrivateTmp=yes replace in the service's view of the file system
+HIDDEN_BY_HOME = ("/home", "/root", "/run/user")
+HIDDEN_BY_TMP = ("/tmp", "/var/tmp")
+#: trees a root service should not run code from (any user may write there, tmpfiles cleans them)
+VOLATILE = ("/tmp", "/var/tmp", "/run/user")
+
+
+def hidden_under(p: Path) -> Optional[str]:
+    """The hidden prefix `p` lies under, if any."""
+    for h in (*HIDDEN_BY_HOME, *HIDDEN_BY_TMP):
+        if p == Path(h) or Path(h) in p.parents:
+            return h
+    return None
+
+
+def _tree_of(p: Path) -> Path:
+    """The folder to bind for a file the service runs: its venv or Python prefix (bin/.. with a
+    pyvenv.cfg or lib/python3*), else the file's own folder."""
+    top = p.parent.parent if p.parent.name == "bin" else p.parent
+    if (top / "pyvenv.cfg").is_file() or any(top.glob("lib/python3*")):
+        return top
+    return p if p.is_dir() else p.parent
+
+
+def hidden_trees(exec_start: list[str], pythonpath: Optional[Path]) -> list[Path]:
+    """Trees the unit's process needs that ProtectHome=/PrivateTmp= would hide: the ExecStart
+    executable (as written and through its symlinks), the interpreter its `#!` names and that
+    interpreter's base install (a venv made from a pyenv Python), and PYTHONPATH."""
+    need: list[Path] = []
+    exe = Path(exec_start[0])
+    cands = [exe, exe.resolve()]
+    interp = _shebang(exe)
+    if interp is not None:
+        cands += [interp, interp.resolve()]
+    if pythonpath is not None:
+        need.append(Path(pythonpath).absolute())
+    for c in cands:
+        need.append(_tree_of(c))
+        cfg = _tree_of(c) / "pyvenv.cfg"
+        home = _pyvenv_home(cfg) if cfg.is_file() else None
+        if home is not None:
+            need.append(_tree_of(home / "python3"))
+    out: list[Path] = []
+    for t in sorted({t for t in need if hidden_under(t)}, key=lambda t: len(t.parts)):
+        if not any(o == t or o in t.parents for o in out):
+            out.append(t)
+    return out
+
+
+def _shebang(exe: Path) -> Optional[Path]:
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    return Path(words[0]) if words and words[0].startswith("/") else None
+
+
+def _pyvenv_home(cfg: Path) -> Optional[Path]:
+    for line in cfg.read_text(errors="replace").splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == "home" and v.strip():
+            return Path(v.strip())
+    return None
+
+
 def render_unit(exec_start: list[str], *, config: str = "/" + CONFIG, allow_ip: list[str] | None = None,
                 metrics: bool = False, watchdog_sec: int = WATCHDOG_SEC,
-                pythonpath: Optional[Path] = None, bmc_host: Optional[str] = None) -> str:
+                pythonpath: Optional[Path] = None, bmc_host: Optional[str] = None,
+                binds: Optional[list[Path]] = None) -> str:
     for a in exec_start[:1]:
         if not Path(a).is_absolute():
             raise BadInput(f"--exec: expected an absolute path, got {a!r}")
+    binds = hidden_trees(exec_start, pythonpath) if binds is None else binds
+    home_binds = [b for b in binds if hidden_under(b) in HIDDEN_BY_HOME]
+    sandbox = ["ProtectHome=tmpfs" if home_binds else "ProtectHome=yes", "PrivateTmp=yes"]
+    if binds:
+        sandbox = [f"# {', '.join(sorted({hidden_under(b) or '' for b in binds}))} are hidden from the service: "
+                   "bind the trees it runs from, read-only", *sandbox,
+                   "BindReadOnlyPaths=" + " ".join(_quote(str(b)) for b in binds)]
     cmd = " ".join(_quote(a) for a in [*exec_start, "daemon", "--config", config])
     allow_ip = list(allow_ip or [])
     if bmc_host and not _is_ip(bmc_host):
@@ -156,8 +239,7 @@ def render_unit(exec_start: list[str], *, config: str = "/" + CONFIG, allow_ip: 
         "NoNewPrivileges=yes",
         "ProtectSystem=full",
         "ReadWritePaths=-/etc/modprobe.d",
-        "ProtectHome=yes",
-        "PrivateTmp=yes",
+        *sandbox,
         "# /dev/nvidia*, /dev/cpu_dma_latency and /dev/kmsg stay reachable: no PrivateDevices",
         "DevicePolicy=closed",
         "DeviceAllow=char-nvidia-frontend rw",
@@ -250,8 +332,14 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
     written, kept = [], []
     cfg_path = root / CONFIG
     metrics = _metrics_enabled(cfg_path) if cfg_path.exists() and not force else False
-    unit = render_unit(exec_start, allow_ip=allow_ip, metrics=metrics, pythonpath=_source_checkout(),
-                       bmc_host=_bmc_host(root))
+    pythonpath = _source_checkout()
+    binds = hidden_trees(exec_start, pythonpath)
+    unit = render_unit(exec_start, allow_ip=allow_ip, metrics=metrics, pythonpath=pythonpath,
+                       bmc_host=_bmc_host(root), binds=binds)
+    notes = [f"{b} is under {hidden_under(b)}, which any user may write to and which is cleaned by "
+             "systemd-tmpfiles: for a service, install metaltune under /opt or /usr/local "
+             "(python3 -m venv /opt/metaltune && /opt/metaltune/bin/pip install metaltune)"
+             for b in binds if hidden_under(b) in VOLATILE]
 
     def put(rel: str, text: str | None, mode: int, operator_owned: bool, src: Path | None = None) -> None:
         p = root / rel
@@ -280,9 +368,15 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
     state = root / STATE_DIR
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(state, 0o700)
+    if root.resolve() == Path("/"):
+        nxt = "systemctl daemon-reload && systemctl enable --now metaltune"
+    else:
+        nxt = (f"metaltune daemon --check --root {_quote(str(root))}; on the target system: "
+               "systemctl daemon-reload && systemctl enable --now metaltune")
     return {"root": str(root), "unit": str(root / UNIT_DIR / UNIT_NAME), "written": written,
             "kept": kept, "state_dir": str(state), "exec_start": exec_start,
-            "policy_installed": src.is_file()}
+            "bound_read_only": [str(b) for b in binds], "notes": notes,
+            "policy_installed": src.is_file(), "next": nxt}
 
 
 def uninstall(root: Path = Path("/"), *, purge: bool = False) -> dict[str, Any]:

@@ -1,18 +1,22 @@
-"""Opt-in Prometheus endpoint (prometheus-client), loopback only, names in dcgm-exporter's style.
+"""Opt-in Prometheus endpoint (prometheus-client): no listener unless `[metrics] enabled`, bound
+to `[metrics] address` (default 127.0.0.1). Names follow Prometheus' conventions (base units in the
+name: `_celsius`, `_watts`, `_hertz`, `_ratio`; counters end in `_total`) and carry dcgm-exporter's
+`gpu` and `UUID` labels, so a dashboard can join them with DCGM_FI_* series.
 
 | metric | labels | what (dcgm-exporter analogue) |
 | --- | --- | --- |
-| metaltune_knob_value | knob, gpu | applied numeric knob values (a clock lock exports .min/.max) |
+| metaltune_knob_value | knob, gpu | applied numeric knob values, in the knob's own unit (the name says it: `_w`, `_mhz`); a clock pair exports .min/.max |
 | metaltune_knob_info | knob, gpu, value | non-numeric knob values (governor, THP), always 1 |
 | metaltune_incidents_total | type, xid | incidents seen by the health monitors |
 | metaltune_rollbacks_total | reason | rollbacks done by the daemon |
 | metaltune_trials_total | verdict | trials in the store (read at scrape time) |
 | metaltune_gain_ratio | | holistic objective of the incumbent / run baseline (1.0 = no gain) |
-| metaltune_gpu_temp | gpu, UUID | DCGM_FI_DEV_GPU_TEMP (C) |
-| metaltune_power_usage | gpu, UUID | DCGM_FI_DEV_POWER_USAGE (W) |
-| metaltune_sm_clock / metaltune_mem_clock | gpu, UUID | DCGM_FI_DEV_SM_CLOCK / _MEM_CLOCK (MHz) |
-| metaltune_gpu_util | gpu, UUID | DCGM_FI_DEV_GPU_UTIL (%) |
-| metaltune_xid_errors | gpu | DCGM_FI_DEV_XID_ERRORS: value of the last Xid |
+| metaltune_gpu_temperature_celsius | gpu, UUID | DCGM_FI_DEV_GPU_TEMP |
+| metaltune_gpu_power_usage_watts | gpu, UUID | DCGM_FI_DEV_POWER_USAGE |
+| metaltune_gpu_sm_clock_hertz | gpu, UUID | DCGM_FI_DEV_SM_CLOCK (which is in MHz) |
+| metaltune_gpu_memory_clock_hertz | gpu, UUID | DCGM_FI_DEV_MEM_CLOCK (MHz) |
+| metaltune_gpu_utilization_ratio | gpu, UUID | DCGM_FI_DEV_GPU_UTIL (which is in %) |
+| metaltune_gpu_last_xid | gpu | DCGM_FI_DEV_XID_ERRORS: value of the last Xid |
 | metaltune_probation_active, metaltune_search_running | | 0/1 |
 """
 from __future__ import annotations
@@ -27,12 +31,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _GPU = re.compile(r"^gpu(\d+)\.")
-_HEALTH = {  # sample key -> metric name, help
-    "temp_c": ("metaltune_gpu_temp", "GPU temperature in C (DCGM_FI_DEV_GPU_TEMP)."),
-    "power_w": ("metaltune_power_usage", "Power draw in W (DCGM_FI_DEV_POWER_USAGE)."),
-    "sm_clock_mhz": ("metaltune_sm_clock", "SM clock in MHz (DCGM_FI_DEV_SM_CLOCK)."),
-    "mem_clock_mhz": ("metaltune_mem_clock", "Memory clock in MHz (DCGM_FI_DEV_MEM_CLOCK)."),
-    "util_pct": ("metaltune_gpu_util", "GPU utilisation in % (DCGM_FI_DEV_GPU_UTIL)."),
+_HEALTH = {  # sample key -> metric name, help, factor from the sample's unit to the base unit
+    "temp_c": ("metaltune_gpu_temperature_celsius", "GPU temperature (DCGM_FI_DEV_GPU_TEMP).", 1.0),
+    "power_w": ("metaltune_gpu_power_usage_watts", "Power draw (DCGM_FI_DEV_POWER_USAGE).", 1.0),
+    "sm_clock_mhz": ("metaltune_gpu_sm_clock_hertz", "SM clock (DCGM_FI_DEV_SM_CLOCK, in MHz there).", 1e6),
+    "mem_clock_mhz": ("metaltune_gpu_memory_clock_hertz", "Memory clock (DCGM_FI_DEV_MEM_CLOCK, in MHz there).",
+                      1e6),
+    "util_pct": ("metaltune_gpu_utilization_ratio", "GPU utilisation, 0-1 (DCGM_FI_DEV_GPU_UTIL, in % there).",
+                 0.01),
 }
 
 
@@ -107,11 +113,11 @@ class _LiveCollector(Collector):
         yield kv
         yield ki
         gpus = self.read_health() if self.read_health else []
-        for key, (metric, help_) in _HEALTH.items():
+        for key, (metric, help_, factor) in _HEALTH.items():
             fam = GaugeMetricFamily(metric, help_, labels=["gpu", "UUID"])
             for g in gpus:
-                if key in g:
-                    fam.add_metric([str(g["index"]), str(g.get("uuid", ""))], g[key])
+                if g.get(key) is not None:
+                    fam.add_metric([str(g["index"]), str(g.get("uuid", ""))], float(g[key]) * factor)
             yield fam
 
 
@@ -144,7 +150,7 @@ class Metrics:
         self.incidents = Counter("metaltune_incidents", "Incidents seen by the health monitors.",
                                  ["type", "xid"], registry=r)
         self.rollbacks = Counter("metaltune_rollbacks", "Rollbacks done by the daemon.", ["reason"], registry=r)
-        self.xid = Gauge("metaltune_xid_errors", "Value of the last Xid (DCGM_FI_DEV_XID_ERRORS).",
+        self.xid = Gauge("metaltune_gpu_last_xid", "Value of the last Xid (DCGM_FI_DEV_XID_ERRORS).",
                          ["gpu"], registry=r)
         self.probation = Gauge("metaltune_probation_active", "1 while a change is in probation.", registry=r)
         self.search = Gauge("metaltune_search_running", "1 while a search child runs.", registry=r)
