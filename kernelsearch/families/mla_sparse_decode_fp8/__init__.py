@@ -107,6 +107,8 @@ def shape_of(q, kv_cache, block_table, seq_lens, indices, scale):
             "torch.uint8" or not kv_cache.is_contiguous():
         raise ValueError(f"mla_fp8: kv_cache must be a contiguous uint8 [num_blocks, page, "
                          f"{ROW_BYTES}] (the V3.2 FP8 layout)")
+    if kv_cache.data_ptr() % 16:  # read as float32 scales and bf16 rope too: aligned rows
+        raise ValueError("mla_fp8: kv_cache must start 16-byte aligned")
     if q.dim() != 3 or q.shape[-1] != mla.D_QK or q.stride(-1) != 1:
         raise ValueError(f"mla_fp8: q must be [B, H, {mla.D_QK}] with unit last stride")
     B = q.shape[0]
@@ -114,6 +116,11 @@ def shape_of(q, kv_cache, block_table, seq_lens, indices, scale):
         raise ValueError("mla_fp8: block_table must be [B, max_blocks] and seq_lens [B]")
     if indices.dim() != 2 or indices.shape[0] != B or str(indices.dtype) != "torch.int32":
         raise ValueError("mla_fp8: indices must be [B, topk] int32")
+    # the kernel reads block_table and indices by their row strides and seq_lens densely (as
+    # mla.check_common): column-strided tables or indices and strided lengths run torch
+    if block_table.stride(-1) != 1 or seq_lens.stride(0) != 1 or indices.stride(-1) != 1:
+        raise ValueError("mla_fp8: block_table and indices need unit last stride, seq_lens "
+                         "unit stride")
     page = kv_cache.shape[1]
     return (B, q.shape[1], block_table.shape[1] * page, page, indices.shape[1], 1)
 

@@ -112,11 +112,12 @@ def forward(q, kv_cache, block_table, seq_lens, indices, scale, *, BLOCK_H: int 
                                     block_table.shape[1] * page, block_table.stride(0),
                                     indices.stride(0), PAGE=page, BLOCK=256, num_warps=4)
     one = n_splits == 1
+    flat = kv_cache.reshape(-1, 656)  # rows of bytes: strides a dtype view takes (size-1 pages)
     nrow = 1 if one else B * H * n_splits
     op = torch.empty((nrow * 512,), dtype=torch.float32, device=q.device)
     lp = torch.empty((nrow,), dtype=torch.float32, device=q.device)
     _fp8_partial[(hb, n_splits, B)](
-        q, kv_cache, kv_cache.view(torch.float32), kv_cache.view(torch.bfloat16), rows, out, op,
+        q, flat, flat.view(torch.float32), flat.view(torch.bfloat16), rows, out, op,
         lp, H, topk, n_splits, per * BLOCK_N, scale * 1.4426950408889634,
         kv_cache.shape[0] * page, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, STAGES=STAGES, ONE=one, num_warps=num_warps)
