@@ -89,7 +89,7 @@ def test_judge_rejects_a_kernel_that_reads_past_each_sequences_length():
     src = _mutant(DENSE.variants["splitkv"].file, "end = tl.minimum(start + split_len, seqlen)",
                   "end = tl.minimum(start + split_len, tl.load(SL))")
     v = judge("mla_decode", src, CFG, device="cpu", timing=False, random_shapes=0, seeds=1)
-    assert v.code == "incorrect" and v.rule == "tolerance", v
+    assert _wrong_values(v), v
 
 
 def test_judge_rejects_a_sparse_kernel_that_attends_positions_past_the_length():
@@ -97,7 +97,7 @@ def test_judge_rejects_a_sparse_kernel_that_attends_positions_past_the_length():
                   "ok = pos >= 0")
     v = judge("mla_sparse_decode", src, CFG, device="cpu", timing=False, random_shapes=0,
               seeds=1)
-    assert v.code == "incorrect" and v.rule == "tolerance", v
+    assert _wrong_values(v), v
 
 
 def test_judge_rejects_a_merge_that_drops_the_later_chunks():
@@ -156,3 +156,10 @@ def test_tolerance_is_per_sequence_so_long_contexts_are_not_drowned_by_short_one
         compare(bad.float(), ref, "bfloat16", DENSE, "per-sequence")
     ok = ref * (1 + 4e-3 * torch.randn(ref.shape, generator=g, dtype=torch.float64))
     compare(ok.float(), ref, "bfloat16", DENSE, "rounding")
+
+
+def _wrong_values(v) -> bool:
+    """Rejected for wrong values: by a check, or by the repeated-call stage the judge runs at a
+    random point (its detail names the rule that caught it there)."""
+    return v.code == "incorrect" and (v.rule == "tolerance" or (
+        v.rule == "repeated_calls" and v.detail.startswith("(tolerance)")))

@@ -54,7 +54,7 @@ def test_judge_rejects_an_mtp_kernel_that_is_not_causal_within_the_step():
     assert old in src
     v = judge("mla_decode_mtp", src.replace(old, "ok = nmask[None, :] & (lim[:, None] > -1)"),
               CFG, device="cpu", timing=False, random_shapes=0, seeds=1)
-    assert v.code == "incorrect" and v.rule == "tolerance", v
+    assert _wrong_values(v), v
 
 
 from kernelsearch.families import mla_sparse_decode_fp8 as fp8  # noqa: E402
@@ -108,7 +108,7 @@ def test_judge_rejects_an_fp8_kernel_that_attends_past_the_length():
     assert old in src
     v = judge("mla_sparse_decode_fp8", src.replace(old, "ok = pos >= 0"), CFG, device="cpu",
               timing=False, random_shapes=0, seeds=1)
-    assert v.code == "incorrect" and v.rule == "tolerance", v
+    assert _wrong_values(v), v
 
 
 def test_judge_rejects_an_fp8_kernel_that_ignores_the_tile_scales():
@@ -119,3 +119,10 @@ def test_judge_rejects_an_fp8_kernel_that_ignores_the_tile_scales():
     v = judge("mla_sparse_decode_fp8", bad,
               CFG, device="cpu", timing=False, random_shapes=0, seeds=1)
     assert v.code == "incorrect", v
+
+
+def _wrong_values(v) -> bool:
+    """Rejected for wrong values: by a check, or by the repeated-call stage the judge runs at a
+    random point (its detail names the rule that caught it there)."""
+    return v.code == "incorrect" and (v.rule == "tolerance" or (
+        v.rule == "repeated_calls" and v.detail.startswith("(tolerance)")))

@@ -71,6 +71,9 @@ class ProbationView:
         if t is None:
             return False
         if t["state"] != self._seen:
+            if self._seen is None and t["state"] != "intent":
+                # the write went by between two polls: every transaction passes through it
+                self._line(dict(t, state="intent"))
             self._seen = t["state"]
             if self._bar_ is not None and self._seen != "probation":
                 self._bar_.stop()
