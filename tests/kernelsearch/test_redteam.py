@@ -310,6 +310,11 @@ def test_range_interior_checked_where_ends_pass(redteam):
     v = check("softmax", redteam("range_interior"), **{**FAST, "shapes": [(8, 17), (600, 17)],
                                                        "random_shapes": 0})
     assert v.accepted, v
+    # honest at every width outside the interior: one 32,769-wide row a program (64 such rows
+    # are past Triton's block limit, a compile failure on the GPU instead of the interior rule)
+    wide = check("softmax", redteam("range_interior"),
+                 **{**FAST, "shapes": [(2, 32769), (65, 4097)], "random_shapes": 0})
+    assert wide.accepted, wide
 
 
 @pytest.mark.parametrize("family,name,shape,seeds,rules", [
