@@ -14,8 +14,9 @@ shapes, strides and devices, so the steady-state cost is one dict lookup.
 An entry whose variant is `src:<sha256>` names a kernel source in a `kernelsearch.store`
 (`install(table, store=DIR)`, default `store.default_root()`); nothing else is ever loaded. At
 install each such source is read from the store and re-hashed, re-guarded, and re-judged for
-correctness (in a child process, at the entries' range ends) when this GPU, driver or triton
-version is not one it was judged on. A source that fails any of these is refused: its entries
+correctness (in a child process, at the entries' range ends, midpoints and a random point of
+every octave inside: `judge(ranges=...)`) when this GPU, driver or triton version is not one it
+was judged on. A source that fails any of these is refused: its entries
 run torch, `refused()` says why and the reason is logged. Installed kernels stay verified:
 the kernel canary (`kernelsearch.canary`) replays a sample of real calls against the family's
 reference and removes an entry that computes wrong (`incidents()`)."""
@@ -83,14 +84,32 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _rejudge_shapes(table: DispatchTable, sha: str) -> list[tuple]:
+def _uses(table: DispatchTable, sha: str, config: Optional[dict] = None) -> list:
+    """The entries naming stored source `sha` (with `config`, when one is given)."""
+    return [e for e in table.entries if source_digest(e.variant) == sha
+            and (config is None or json_key(e.config) == json_key(config))]
+
+
+def _rejudge_ranges(table: DispatchTable, sha: str,
+                    config: Optional[dict] = None) -> list[dict]:
+    """The table ranges the source serves, as the judge's `ranges` (each checked at its ends,
+    its midpoint and a random point of every octave inside: a kernel right at the ends of
+    8-65,536 rows and wrong at 5,001-8,000 is refused)."""
+    out: list[dict] = []
+    for e in _uses(table, sha, config):
+        r = {"match": dict(e.match), "ranges": {k: list(v) for k, v in e.ranges.items()}}
+        if r not in out:
+            out.append(r)
+    return out
+
+
+def _rejudge_shapes(table: DispatchTable, sha: str,
+                    config: Optional[dict] = None) -> list[tuple]:
     """Correctness at the ends of every range the source is used on (its largest point too)."""
     from kernelsearch.families import get
 
     out: list[tuple] = []
-    for e in table.entries:
-        if source_digest(e.variant) != sha:
-            continue
+    for e in _uses(table, sha, config):
         fam = get(e.family)
         for end in (0, 1):
             d = {k: r[end] for k, r in e.ranges.items()}
@@ -153,16 +172,17 @@ def _load_one(table: DispatchTable, store: Any, sha: str) -> Callable:
 
 def judge_here(table: DispatchTable, sha: str, family: str, source: str, device: str) -> Any:
     """This host's judgement of a stored source for the entries of `table` that name it: the
-    judge (guard, then correctness in a sandboxed child at the ends of every range it is used
-    on) for each config it runs with. The first rejection, or the last verdict."""
+    judge (guard, then correctness in a sandboxed child at the ends, midpoints and interior
+    points of every range it is used on with that config) for each config it runs with. The
+    first rejection, or the last verdict."""
     from kernelsearch.harness import check
 
-    configs = {json_key(e.config): e.config for e in table.entries
-               if source_digest(e.variant) == sha}
+    configs = {json_key(e.config): e.config for e in _uses(table, sha)}
     v = None
     for cfg in configs.values() or [{}]:
         v = check(family, source, cfg, device=device, timing=False,
-                  shapes=_rejudge_shapes(table, sha) or None)
+                  shapes=_rejudge_shapes(table, sha, cfg) or None,
+                  ranges=_rejudge_ranges(table, sha, cfg) or None)
         if not v.accepted:
             return v
     return v
