@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import json
-import math
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # recertify_tables
 RED = ROOT / "tests" / "kernelsearch" / "redteam"
 DEVICE = os.environ.get("REDTEAM_DEVICE", "cuda")  # cpu: a smoke test of this script
 
@@ -138,84 +138,23 @@ def jobs() -> list[tuple[str, str, dict, tuple]]:
     return out
 
 
-def _recertify(path: str, idx: list[int]) -> list[dict]:
-    """Correctness (no timing) of shipped table entries at their range ends, midpoints and a
-    point of every octave inside (judge `ranges`), in the entry's dtype, in this process
-    (shipped variants are the project's own code)."""
-    import torch  # noqa: F401
+def recertify(out: Path, parallel: int, deadline_s: float, names: str = "",
+              gpu_gib: float = 128.0) -> list[dict]:
+    """The shipped tables re-certified after the red team (benchmarks/recertify_tables.py:
+    range ends, midpoints and octave points of every entry, one job an entry, memory-aware)."""
+    import random
 
-    from kernelsearch.families import get
-    from kernelsearch.harness import check
+    import recertify_tables as rc
 
-    doc = json.loads(Path(path).read_text())
-    entries = doc.get("entries") or doc.get("kernels", {}).get("entries", [])
-    out = []
-    for i in idx:
-        e = entries[i]
-        fam = get(e["family"])
-        ends = []
-        for end in (0, 1):
-            d = dict(e["match"], **{k: r[end] for k, r in e["ranges"].items()})
-            if all(k in d for k in fam.shape_dims):
-                ends.append(tuple(d[k] for k in fam.shape_dims))
-        t = time.time()
-        v = check(e["family"], fam.variants[e["variant"]].file, e["config"], device=DEVICE,
-                  isolate=False, timing=False, dtypes=[e["dtype"]], shapes=ends or None,
-                  seeds=1, random_shapes=0, boundary=False, stress_calls=0,
-                  ranges=[{"match": e["match"], "ranges": e["ranges"]}])
-        out.append({"table": Path(path).name, "entry": i, "family": e["family"],
-                    "variant": e["variant"], "dtype": e["dtype"], "match": e["match"],
-                    "ranges": e["ranges"], "code": v.code, "rule": v.rule,
-                    "n_checked": len(v.checked_shapes), "seconds": round(time.time() - t, 1),
-                    "detail": v.detail[:300]})
-    return out
+    tables = [n for n in names.split(",") if n] or sorted(
+        p.name for p in rc.TABLES.glob("*.json"))
+    res = rc.run(rc.plan(tables, random.Random(0)), out, parallel, gpu_gib, deadline_s, {},
+                 DEVICE)
+    import torch
 
-
-def recertify(out: Path, parallel: int, deadline_s: float, names: str = "") -> list[dict]:
-    import multiprocessing as mp
-
-    todo = []
-    pick = set(names.split(",")) - {""}
-    for p in sorted((ROOT / "host_profiles" / "kernels").glob("*.json")):
-        if pick and p.name not in pick:
-            continue
-        doc = json.loads(p.read_text())
-        n = len(doc.get("entries") or doc.get("kernels", {}).get("entries", []))
-        todo += [(str(p), list(range(k, n, parallel))) for k in range(min(parallel, n))]
-    t0 = time.time()
-    ex = cf.ProcessPoolExecutor(max_workers=parallel, mp_context=mp.get_context("spawn"))
-    futs = [ex.submit(_recertify, p, idx) for p, idx in todo]
-    rows: list[dict] = []
-    done, pending = cf.wait(futs, timeout=deadline_s)
-    for f in done:
-        try:
-            rows += f.result()
-        except Exception as e:  # noqa: BLE001 - a worker's failure is a row, not the end
-            rows.append({"table": "?", "code": "error", "rule": type(e).__name__,
-                         "detail": str(e)[:300]})
-    rows.sort(key=lambda r: (r.get("table", ""), r.get("entry", 0)))
-    bad = [r for r in rows if r["code"] != "accepted"]
-    (out / "recertify-h200.json").write_text(json.dumps(
-        {"seconds": time.time() - t0, "rows": rows, "workers_not_finished": len(pending)},
-        indent=1, default=str))
-    lines = ["| table | entry | family/variant | dtype | ranges | code | rule | points |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["code"] != "accepted":
-            lines.append(f"| {r.get('table')} | {r.get('entry')} | {r.get('family')}/"
-                         f"{r.get('variant')} | {r.get('dtype')} | {r.get('ranges')} | "
-                         f"{r['code']} | {r['rule']} | {r.get('n_checked')} |")
-    by = {}
-    for r in rows:
-        by.setdefault(r.get("table"), [0, 0])[r["code"] == "accepted"] += 1
-    lines.append("\n" + "; ".join(f"{t}: {ok} accepted, {no} not" for t, (no, ok) in
-                                   sorted(by.items(), key=str))
-                 + f"; {sum(len(i) for _, i in todo) - len(rows)} entries not reached, "
-                 f"{time.time() - t0:.0f} s")
-    text = "\n".join(lines)
-    (out / "recertify-h200.md").write_text(text + "\n")
-    print(text, flush=True)
-    return bad
+    where = f"cuda:{torch.cuda.get_device_name(0)}" if DEVICE == "cuda" else "cpu-interpreter"
+    print(rc.report(res, out, where), flush=True)
+    return [r for r in res["rows"] if r["code"] != "accepted"]
 
 
 def main() -> int:
@@ -303,7 +242,7 @@ def main() -> int:
     print(text, flush=True)
     ex.shutdown(wait=False, cancel_futures=True)
     if args.tables > 0:
-        bad += recertify(out, args.parallel, args.tables, args.table_names)
+        bad += recertify(out, args.parallel, args.tables, args.table_names, args.gpu_gib)
     sys.stdout.flush()
     os._exit(0 if not bad else 1)  # leave unfinished children to the machine's clean-up
 
