@@ -285,6 +285,13 @@ class Draws:
         return tuple(args), kinds
 
 
+def copy_into(args, new) -> None:
+    """New values into the same tensors (a function: no loop variable keeps `new` alive)."""
+    for a, f in zip(args, new):
+        if isinstance(a, torch.Tensor):
+            a.copy_(f)
+
+
 def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
@@ -410,9 +417,7 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
         seed = _fresh_seed()
         fresh = family.make_inputs(shape, dtype, device, torch.Generator().manual_seed(seed),
                                    dist)
-        for a, f in zip(args, fresh):
-            if isinstance(a, torch.Tensor):
-                a.copy_(f)
+        copy_into(args, fresh)
         args = draws.scalars_into(args)
         where = (f"call {i + 2} of {calls + 1} in a row on the same tensors, shape {shape} "
                  f"{dtype} seed {seed} ({_describe(args, family)}, {grad})")
@@ -455,6 +460,9 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
         poison_kind, grad = next(draws.poison), next(draws.grad)
         poison = poison_value(poison_kind, dtype)
         gen = torch.Generator().manual_seed(seed)
+        # the last check's tensors go before this one's are drawn: at a 128 x 163,840 MLA point
+        # the two caches at once are what does not fit beside another job
+        args = out = out2 = out3 = fresh = gout = None
         args = draws.batch_order(draws.scalars_into(
             family.make_inputs(shape, dtype, device, gen, dist)))
         args, kinds = draws.views_of(args)
@@ -468,9 +476,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
         # same buffers, new values: a result cached on data_ptr shows up here
         gen2 = torch.Generator().manual_seed(seed ^ 0x5EED)
         fresh = family.make_inputs(shape, dtype, device, gen2, dist)
-        for a, f in zip(args, fresh):
-            if isinstance(a, torch.Tensor):
-                a.copy_(f)
+        copy_into(args, fresh)
         out3, _ = runner.call(args, poison=poison, grad=grad)
         compare_poisoned(out3, family.reference(*args), dtype, family,
                          where + " (inputs rewritten in place)", poison)
@@ -486,6 +492,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
             seed = _fresh_seed()
             dist = next(draws.edge_dist)
             poison_kind, grad = next(draws.poison), next(draws.grad)
+            args = out = out2 = out3 = fresh = gout = None  # the previous check's tensors
             args = draws.batch_order(draws.scalars_into(family.make_inputs(
                 tuple(shape), dtype, device, torch.Generator().manual_seed(seed), dist)))
             where = (f"boundary shape {tuple(shape)} {dtype} {dist} seed {seed} "
