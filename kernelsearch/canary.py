@@ -11,8 +11,12 @@ daemon or search journals it), and returns the fallback's output for that call, 
 keeps running.
 
 Not replayed: calls made while a CUDA graph is being captured or torch.compile traces (a
-replay synchronises), and the static-cache attention op (`ops.decode_attention_cache`), which
-resolves kernels itself.
+replay synchronises; the entry's next eager call takes the replay instead), and the
+static-cache attention op (`ops.decode_attention_cache`), which resolves kernels itself. A
+torch.compile'd model calls the op (`torch.ops.metaltune.<family>`, opaque to the compiler)
+eagerly at run time, so its calls are sampled like any other; a CUDA graph's replays run no
+Python and are never seen: a decode that only replays a captured graph is re-verified by its
+eager calls only (prefill, warm-up, a recapture). tests/kernelsearch/test_canary_graphs.py.
 
 Where an incident goes (besides `dispatch.incidents()`, the log and the listeners): one JSON
 line appended to the incident log, `<store>/../canary.jsonl` (STATE_DIR/kernels/canary.jsonl for
