@@ -32,7 +32,6 @@ from safety.monitors.base import Monitor
 log = logging.getLogger("metaltune.kernel_canary")
 
 TYPE = "canary_kernel"
-KNOB = "kernels.table"  # tuner.knobs.kernels.NAME (not imported: that pulls in the knob layer)
 LOG_NAME = "canary.jsonl"  # kernelsearch.canary.LOG_NAME
 CURSOR_NAME = "canary.cursor"
 MAX_LINE = 16 << 10  # kernelsearch.canary.MAX_LINE
@@ -164,7 +163,7 @@ class KernelCanaryMonitor(Monitor):
                 "config": ln.config, "shape": ln.shape, "dtype": ln.dtype,
                 "max_abs_error": ln.max_abs_error, "nonfinite": ln.nonfinite,
                 "removed_entries": ln.removed_entries, "quarantined": ln.quarantined,
-                "pid": ln.pid, "kernel_table_knob": KNOB}
+                "pid": ln.pid}
         if sha:
             data["store_quarantine"] = self._quarantine(sha, ln, data)
         return self.incident(TYPE, "fatal", detail, time=min(ln.time, time.time()), data=data)
