@@ -122,3 +122,36 @@ def test_a_forward_that_launches_nothing_is_still_rejected(redteam):
         assert e.rule == "no_launch"
     else:
         raise AssertionError("a forward that launched no kernel was accepted")
+
+
+def _lazy(name: str):
+    from triton.compiler.compiler import LazyDict
+
+    return LazyDict({"name": name, "function": None, "stream": 0})
+
+
+def test_the_compiled_launch_hook_counts_and_keeps_the_applications_hooks(monkeypatch):
+    """What the GPU launcher calls (knobs.runtime.launch_enter_hook with the launch's metadata),
+    called here as it would: in both forms triton has had since 3.4 (a HookChain; one plain
+    hook), a hook the application set is still called, and is what is left afterwards."""
+    import triton
+
+    rt = triton.knobs.runtime
+    seen = []
+    if hasattr(rt.launch_enter_hook, "add"):  # this triton: a HookChain
+        rt.launch_enter_hook.add(seen.append)
+        try:
+            with sandbox.LaunchCount() as c:
+                rt.launch_enter_hook(_lazy("_k"))
+            assert c.by_name == {"_k": 1} and len(seen) == 1
+            assert seen.append in rt.launch_enter_hook.calls
+            assert sandbox._on_launch not in rt.launch_enter_hook.calls
+        finally:
+            rt.launch_enter_hook.remove(seen.append)
+    monkeypatch.setattr(rt, "launch_enter_hook", seen.append)  # the 3.4 form: one hook
+    seen.clear()
+    with sandbox.LaunchCount() as c:
+        rt.launch_enter_hook(_lazy("_j"))
+        rt.launch_enter_hook(_lazy("_j"))
+    assert c.by_name == {"_j": 2} and len(seen) == 2
+    assert rt.launch_enter_hook == seen.append
