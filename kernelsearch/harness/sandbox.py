@@ -118,11 +118,13 @@ class LaunchCount:
     """Counts the triton kernel launches this thread makes while open (`with LaunchCount() as
     c: ...; c.count`, `c.by_name`), without touching the candidate's module: what a candidate
     sees while judged is what it sees in use. Compiled kernels: triton's launch hook
-    (`triton.knobs.runtime.launch_enter_hook`, a HookChain from Triton 3.5, a plain hook in
-    3.4, `CompiledKernel.launch_enter_hook` before), added while a count is open and removed
-    after (no hook stays in the timed runs). Under TRITON_INTERPRET=1 no launch hook is called,
-    so the count is taken at the interpreter's grid executor (`GridExecutor.__call__`, the one
-    place an interpreted `kernel[grid](...)` launches), wrapped once at the class."""
+    (`triton.knobs.runtime.launch_enter_hook`: a HookChain in newer releases, 3.9 here; one
+    plain hook in 3.4; `CompiledKernel.launch_enter_hook` before), added while a count is open
+    and removed after (no hook stays in the timed runs). Under TRITON_INTERPRET=1 no launch
+    hook is called, so the count is taken at the interpreter's grid executor
+    (`GridExecutor.__call__`, the one place an interpreted `kernel[grid](...)` launches),
+    wrapped once at the class. Every launch of the thread counts, not only the candidate's own
+    kernels: in the judge's window only the candidate's forward runs."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -174,7 +176,7 @@ def _hook_on() -> None:
     rt = getattr(knobs, "runtime", None)
     if rt is not None and hasattr(rt, "launch_enter_hook"):
         chain = rt.launch_enter_hook
-        if hasattr(chain, "add") and hasattr(chain, "remove"):  # HookChain (Triton >= 3.5)
+        if hasattr(chain, "add") and hasattr(chain, "remove"):  # a HookChain
             chain.add(_on_launch)
             _unhook.append(lambda: chain.remove(_on_launch))
             return
