@@ -47,6 +47,7 @@ def _interpreter(monkeypatch):
     monkeypatch.delenv("KERNELSEARCH_CANARY_LOG", raising=False)
     yield
     dispatch.install(None)
+    dispatch._incidents.clear()  # the process's record: the next test starts with none
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ def _clean(monkeypatch):
     monkeypatch.setenv("KERNELSEARCH_CANARY_RATE", "0.5")
     yield
     dispatch.install(None)
+    dispatch._incidents.clear()  # the process's record: the next test starts with none
 
 
 def _install(tmp_path, device: str) -> str:
