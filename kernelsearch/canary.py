@@ -11,17 +11,33 @@ daemon or search journals it), and returns the fallback's output for that call, 
 keeps running.
 
 Not replayed: calls made while a CUDA graph is being captured or torch.compile traces (a
-replay synchronises), and the static-cache attention op (`ops.decode_attention_cache`), which
-resolves kernels itself.
+replay synchronises; the entry's next eager call takes the replay instead), and the
+static-cache attention op (`ops.decode_attention_cache`), which resolves kernels itself. A
+torch.compile'd model calls the op (`torch.ops.metaltune.<family>`, opaque to the compiler)
+eagerly at run time, so its calls are sampled like any other; a CUDA graph's replays run no
+Python and are never seen: a decode that only replays a captured graph is re-verified by its
+eager calls only (prefill, warm-up, a recapture). tests/kernelsearch/test_canary_graphs.py.
+
+Where an incident goes (besides `dispatch.incidents()`, the log and the listeners): one JSON
+line appended to the incident log, `<store>/../canary.jsonl` (STATE_DIR/kernels/canary.jsonl for
+the store metaltune's apply and searches use), or KERNELSEARCH_CANARY_LOG. kernelsearch knows no
+journal: metaltune's daemon (and the health monitors of an apply's probation) read that file and
+journal each line as a `canary_kernel` incident against the kernel table change in force
+(`tuner.daemon.kernel_canary`). A process that cannot write it (a read-only state dir) logs why.
 
 Settings (the model process's environment): KERNELSEARCH_CANARY_RATE, the fraction of calls
 replayed (default 1/1024; 0 leaves only the first call and the schedule); KERNELSEARCH_CANARY_
-INTERVAL_S, the schedule (default 300 s; 0: none); KERNELSEARCH_CANARY=off disables it."""
+INTERVAL_S, the schedule (default 300 s; 0: none); KERNELSEARCH_CANARY=off disables it;
+KERNELSEARCH_CANARY_LOG, the incident log (a path; `off`: none)."""
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
+import secrets
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -29,6 +45,10 @@ log = logging.getLogger("kernelsearch.canary")
 
 RATE_ENV, INTERVAL_ENV, SWITCH_ENV = ("KERNELSEARCH_CANARY_RATE", "KERNELSEARCH_CANARY_INTERVAL_S",
                                       "KERNELSEARCH_CANARY")
+LOG_ENV = "KERNELSEARCH_CANARY_LOG"
+LOG_NAME = "canary.jsonl"  # beside the store's folder: STATE_DIR/kernels/canary.jsonl
+LOG_VERSION = 1
+MAX_LINE = 16 << 10  # one incident line at most (the reader refuses longer ones)
 DEFAULT_RATE = 1 / 1024
 DEFAULT_INTERVAL_S = 300.0
 
@@ -105,8 +125,28 @@ class Canary:
                 compare(out, ref, dtype_name(args[0].dtype), family,
                         f"{family.name} {tuple(out.shape)}")
             except Exception as e:  # noqa: BLE001 - Rejected (tolerance, unwritten, ...) or worse
+                _last_error.clear()
+                _last_error.update(_errors(out, ref))
                 return f"{getattr(e, 'rule', type(e).__name__)}: {getattr(e, 'detail', e)}"
         return None
+
+
+_last_error: dict[str, Any] = {}  # the last mismatch's error sizes, for its incident
+
+
+def _errors(out: Any, ref: Any) -> dict[str, Any]:
+    """The largest absolute error of a wrong output and how many values are not finite (None
+    where the output is not a tensor of the reference's shape)."""
+    import torch
+
+    if not (isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor)
+            and out.shape == ref.shape):
+        return {"max_abs_error": None, "nonfinite": None}
+    o, r = out.detach().double(), ref.detach().double().to(out.device)
+    bad = ~torch.isfinite(o)
+    err = (o - r).abs().masked_fill(bad, 0.0)
+    return {"max_abs_error": float(err.max()) if err.numel() else 0.0,
+            "nonfinite": int(bad.sum())}
 
 
 def _capturing(args: tuple) -> bool:
@@ -130,8 +170,56 @@ def add_listener(fn: Listener) -> None:
 
 
 def notify(incident: dict) -> None:
+    """An incident dispatch recorded: completed (error sizes, a unique id, the time, this pid),
+    appended to the incident log, then handed to each listener."""
+    for k, v in _last_error.items():
+        incident.setdefault(k, v)
+    _last_error.clear()
+    incident.setdefault("id", secrets.token_hex(8))
+    incident.setdefault("time", time.time())
+    incident.setdefault("pid", os.getpid())
+    path = log_path(incident.get("store"))
+    if path is not None:
+        try:
+            append(path, incident)
+            incident["log"] = str(path)
+        except (OSError, ValueError) as e:
+            incident["log"] = f"not written: {e}"
+            log.error("kernel canary: incident not written to %s: %s", path, e)
     for fn in list(listeners):
         try:
             fn(incident)
         except Exception as e:  # noqa: BLE001 - a listener never breaks the model's call
             log.error("canary listener %r failed: %s", fn, e)
+
+
+def log_path(store_root: Optional[str | Path] = None) -> Optional[Path]:
+    """The incident log: KERNELSEARCH_CANARY_LOG (`off`: None), else beside the folder of the
+    store the installed table's sources came from (`store_root`; default: the default store)."""
+    env = os.environ.get(LOG_ENV, "").strip()
+    if env:
+        return None if env.lower() == "off" else Path(env)
+    if not store_root:
+        from kernelsearch import store
+
+        store_root = store.default_root()
+    return Path(store_root).parent / LOG_NAME
+
+
+def append(path: Path, incident: dict) -> None:
+    """One JSON line, in one write on an O_APPEND descriptor that follows no symlink at the
+    end (several model processes may append at once; a line is never split by another)."""
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in incident.items()}  # an inf/nan error size is no JSON number
+    line = json.dumps({"v": LOG_VERSION, **clean}, default=str, sort_keys=True,
+                      separators=(",", ":"))
+    data = (line + "\n").encode()
+    if len(data) > MAX_LINE:
+        raise ValueError(f"incident line of {len(data)} bytes (at most {MAX_LINE})")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+

@@ -331,6 +331,7 @@ def _caught(fam: Any, entry: Any, args: tuple, why: str) -> None:
                 "source_sha256": sha, "config": dict(entry.config), "shape": shape,
                 "dtype": str(args[0].dtype).replace("torch.", ""), "detail": why[:1000],
                 "removed_entries": len(removed),
+                "store": str(_store_root) if _store_root is not None else None,
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if sha:
         _sources.pop(sha, None)

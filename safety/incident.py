@@ -37,6 +37,7 @@ REASON_BY_TYPE = {
     "thermal": "instability_thermal",
     "canary_hang": "instability_hang",
     "canary_failed": "canary_failed",
+    "canary_kernel": "canary_failed",  # an installed kernel computed wrong in use (its canary)
     "hang": "instability_hang",
 }
 

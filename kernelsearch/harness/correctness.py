@@ -104,7 +104,6 @@ class Runner:
         self.kernels = guard.launched_kernels(source)
         self.mod = sandbox.load(source, "cand")
         self.files = {self.mod.__file__}
-        self.counters = sandbox.instrument(self.mod, self.kernels)
         self.config = dict(config or {})
         self._ghost = None
         # a library variant (kernelsearch.families.library): its kernels are compiled code, so
@@ -125,8 +124,7 @@ class Runner:
         if self.library:
             _poison_pool(args)
         box = sandbox.Sandbox({mod.__file__}, value=poison)
-        before = sum(c.count for c in self.counters)
-        with sandbox.Watch({mod.__file__}) as w:
+        with sandbox.Watch({mod.__file__}) as w, sandbox.LaunchCount() as counted:
             with _grad_mode(grad), box:
                 out = mod.forward(*args, **self.config)
         if w.new_threads:
@@ -140,8 +138,7 @@ class Runner:
             raise Rejected("correctness", "guard_failed", "torch_compute",
                            "forward called torch ops beyond allocation and views: "
                            + ", ".join(sorted(set(box.violations))[:8]))
-        launches = sum(c.count for c in self.counters) - before
-        return out, launches
+        return out, counted.count
 
     def fast_forward(self):
         """The candidate as plain callable (timing): no sandbox, config bound."""

@@ -1,6 +1,7 @@
 """Loading a candidate, and watching it while it runs: torch calls made from the candidate's own
 code (not from triton's) must be allocation, views or metadata; allocations are poisoned (NaN)
-so unwritten elements show; kernel launches are counted; threads and timer patches are seen."""
+so unwritten elements show; kernel launches are counted (triton's launch hooks, never the
+candidate's namespace); threads and timer patches are seen."""
 from __future__ import annotations
 
 import __future__
@@ -113,35 +114,122 @@ def loaded() -> int:
     return len(_dirs)
 
 
-class LaunchCounter:
-    """Stands in for a jit kernel in the candidate's namespace: counts `kernel[grid](...)`."""
+class LaunchCount:
+    """Counts the triton kernel launches this thread makes while open (`with LaunchCount() as
+    c: ...; c.count`, `c.by_name`), without touching the candidate's module: what a candidate
+    sees while judged is what it sees in use. Compiled kernels: triton's launch hook
+    (`triton.knobs.runtime.launch_enter_hook`: a HookChain in newer releases, 3.9 here; one
+    plain hook in 3.4; `CompiledKernel.launch_enter_hook` before), added while a count is open
+    and removed after (no hook stays in the timed runs). Under TRITON_INTERPRET=1 no launch
+    hook is called, so the count is taken at the interpreter's grid executor
+    (`GridExecutor.__call__`, the one place an interpreted `kernel[grid](...)` launches),
+    wrapped once at the class. Every launch of the thread counts, not only the candidate's own
+    kernels: in the judge's window only the candidate's forward runs."""
 
-    def __init__(self, fn):
-        self.fn = fn
+    def __init__(self) -> None:
         self.count = 0
+        self.by_name: dict[str, int] = {}
 
-    def __getitem__(self, grid):
-        launcher = self.fn[grid]
+    def _add(self, name: str) -> None:
+        self.count += 1
+        self.by_name[name] = self.by_name.get(name, 0) + 1
 
-        def launch(*a, **k):
-            self.count += 1
-            return launcher(*a, **k)
+    def __enter__(self) -> "LaunchCount":
+        with _count_lock:
+            _counts.setdefault(threading.get_ident(), []).append(self)
+            if sum(map(len, _counts.values())) == 1:
+                _hook_on()
+        return self
 
-        return launch
+    def __exit__(self, *exc) -> None:
+        with _count_lock:
+            open_ = _counts.get(threading.get_ident(), [])
+            if self in open_:
+                open_.remove(self)
+            if not open_:
+                _counts.pop(threading.get_ident(), None)
+            if not _counts:
+                _hook_off()
 
-    def __getattr__(self, name):
-        return getattr(self.fn, name)
+
+_counts: dict[int, list[LaunchCount]] = {}  # thread -> the counts open in it
+_count_lock = threading.Lock()
+_unhook: list = []  # how to take our launch hook off again
 
 
-def instrument(mod: ModuleType, kernel_names: set[str]) -> list[LaunchCounter]:
-    counters = []
-    for n in kernel_names:
-        fn = getattr(mod, n, None)
-        if fn is not None and not isinstance(fn, LaunchCounter):
-            c = LaunchCounter(fn)
-            setattr(mod, n, c)
-            counters.append(c)
-    return counters
+def _launched(name: str) -> None:
+    for c in _counts.get(threading.get_ident(), ()):
+        c._add(name)
+
+
+def _on_launch(metadata=None, *_a, **_k) -> None:
+    """triton's launch-enter hook: called by the launcher, before the kernel is queued."""
+    data = getattr(metadata, "data", None)
+    _launched(str(data.get("name", "?")) if isinstance(data, dict) else "?")
+
+
+def _hook_on() -> None:
+    import triton
+
+    _wrap_interpreter()
+    knobs = getattr(triton, "knobs", None)
+    rt = getattr(knobs, "runtime", None)
+    if rt is not None and hasattr(rt, "launch_enter_hook"):
+        chain = rt.launch_enter_hook
+        if hasattr(chain, "add") and hasattr(chain, "remove"):  # a HookChain
+            chain.add(_on_launch)
+            _unhook.append(lambda: chain.remove(_on_launch))
+            return
+        prev = chain  # one hook or None (Triton 3.4): ours first, then whatever was there
+
+        def both(md, _prev=prev):
+            _on_launch(md)
+            if _prev is not None:
+                _prev(md)
+
+        rt.launch_enter_hook = both
+        _unhook.append(lambda: setattr(rt, "launch_enter_hook", prev))
+        return
+    from triton.compiler import CompiledKernel  # Triton < 3.4
+
+    prev = CompiledKernel.launch_enter_hook
+
+    def both_old(md, _prev=prev):
+        _on_launch(md)
+        if _prev is not None:
+            _prev(md)
+
+    CompiledKernel.launch_enter_hook = both_old
+    _unhook.append(lambda: setattr(CompiledKernel, "launch_enter_hook", prev))
+
+
+def _hook_off() -> None:
+    while _unhook:
+        _unhook.pop()()
+
+
+_interp_wrapped = False
+
+
+def _wrap_interpreter() -> None:
+    """Count interpreted launches at GridExecutor.__call__ (once per process; outside an open
+    count the wrapper only checks a dict; only the interpreter runs it)."""
+    global _interp_wrapped
+    if _interp_wrapped:
+        return
+    try:
+        from triton.runtime.interpreter import GridExecutor
+    except ImportError:  # an interpreter without it: compiled launches only
+        return
+    real = GridExecutor.__call__
+
+    def __call__(self, *args, **kwargs):
+        if _counts:
+            _launched(getattr(self.fn, "__name__", "?"))
+        return real(self, *args, **kwargs)
+
+    GridExecutor.__call__ = __call__
+    _interp_wrapped = True
 
 
 def _poison(t, value: float = float("nan")):

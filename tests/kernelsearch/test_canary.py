@@ -28,6 +28,7 @@ def _clean(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     yield
     dispatch.install(None)
+    dispatch._incidents.clear()  # the process's record: the next test starts with none
 
 
 def _logits(model, ids):

@@ -15,6 +15,9 @@ from tuner.daemon import logs
 from tuner.daemon.journal_ref import JournalRef
 from tuner.pids import alive
 
+KERNEL_CANARY = "canary_kernel"  # tuner.daemon.kernel_canary.TYPE
+KERNEL_TABLE = "kernels.table"  # tuner.knobs.kernels.NAME
+
 #: an incident seen again within this many seconds (another monitor, the transaction's own
 #: monitors) is the same event
 DEDUP_S = 10.0
@@ -111,7 +114,10 @@ class IncidentQueue:
                 return
             if target is not None:
                 inc.txn_id = target["id"]
-                inc.knob = inc.knob or ",".join(c["knob"] for c in journal.changes(target["id"]))
+                knobs = [c["knob"] for c in journal.changes(target["id"])]
+                if inc.type == KERNEL_CANARY and KERNEL_TABLE in knobs and not journal.open_txns():
+                    knobs = [KERNEL_TABLE]  # the table change in force, not the rest of its txn
+                inc.knob = inc.knob or ",".join(knobs)
             inc.attributed = (target, handled)  # a retry after a failed write goes on from here
             journal.add_incident(inc)
             self.changed()  # log + count it now, before the rollback lines
@@ -144,6 +150,12 @@ class IncidentQueue:
         open_ = journal.open_txns()
         if open_:
             return open_[-1], None
+        if inc.type == KERNEL_CANARY:
+            # a kernel computed wrong: the change that put the kernel table in force (a wrong
+            # result during another change's probation is that change's, above)
+            ids = {f["txn"] for f in journal.in_force() if f["knob"] == KERNEL_TABLE}
+            if ids:
+                return journal.txn(max(ids)), None
         recent = journal.txns(1)
         if recent and recent[0]["state"] in ("rolled_back", "rollback_failed") \
                 and recent[0]["updated"] >= inc.time - DEDUP_S:
@@ -156,6 +168,12 @@ class IncidentQueue:
         kind within DEDUP_S, and no change came into force since it was journalled. A change
         confirmed after it is a different change, and its incident is never hidden."""
         for r in journal.incidents(limit=20):
+            if inc.type == KERNEL_CANARY:
+                # one line of the canary's log, read again (a restart, a transaction's monitor
+                # and the daemon's): the same id; two kernels caught at once are two incidents
+                if r["type"] == inc.type and (r["data"] or {}).get("id") == inc.data.get("id"):
+                    return True
+                continue
             if r["type"] != inc.type or r["xid"] != inc.xid or abs(r["time"] - inc.time) > DEDUP_S:
                 continue
             if target is None or r["txn_id"] == target["id"] or target["created"] <= r["time"]:

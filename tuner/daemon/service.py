@@ -201,11 +201,16 @@ class Daemon:
 
     def _build_monitors(self) -> list[Any]:
         """safety's standard health monitors for this host: NVML Xid events, ECC, PCIe replay,
-        clock events, temperature, the kernel log's Xid lines and AER counters."""
+        clock events, temperature, the kernel log's Xid lines and AER counters, and the kernel
+        canary's incident log."""
         from safety.monitors import standard
+
+        from tuner.daemon.kernel_canary import KernelCanaryMonitor
 
         nvml = self.host.nvml if self.host.has_nvml() else None
         ms = standard(nvml=nvml, root=self.host.root if self.host.backend == "sim" else "/")
+        # the kernel canary's incidents from model processes (STATE_DIR/kernels/canary.jsonl)
+        ms.append(KernelCanaryMonitor(self.cfg.state_dir, cursor=True))
         logs.log("monitors", names=[getattr(m, "name", type(m).__name__) for m in ms], nvml=nvml is not None)
         return ms
 

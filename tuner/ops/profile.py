@@ -277,7 +277,7 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
 
     state = settings.ensure_state_dir()
     journal = Journal.in_state_dir(state)
-    monitors = _monitors(host, knobs)
+    monitors = _monitors(host, knobs, state)
     watch = float(probation_s) if probation_s is not None else float(pol.probation_for(list(changes)))
     txn = Transaction(journal, knobs, changes, policy=pol, monitors=monitors,
                       probation_s=watch + probation.grace(watch), label=f"{APPLY_LABEL}{prof.name}")
@@ -324,8 +324,10 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
             "note": ("staged until the next reboot/driver reload: " + ", ".join(pend)) if pend else ""}
 
 
-def _monitors(host: Any, knobs: dict[str, Any]) -> list[Any]:
+def _monitors(host: Any, knobs: dict[str, Any], state_dir: Any = None) -> list[Any]:
     from safety import monitors as mon
+
+    from tuner.daemon.kernel_canary import KernelCanaryMonitor
 
     try:
         nv = host.nvml if host.has_nvml() else None
@@ -333,9 +335,11 @@ def _monitors(host: Any, knobs: dict[str, Any]) -> list[Any]:
         nv = None
     bdfs = sorted({n[len("pcie."):].rsplit(".", 1)[0] for n in knobs if n.startswith("pcie.")}) or None
     try:
-        return mon.standard(nvml=nv, root=str(host.path("/")), bdfs=bdfs)
+        ms = mon.standard(nvml=nv, root=str(host.path("/")), bdfs=bdfs)
     except Exception:
-        return []
+        ms = []
+    # a model process's kernel computing wrong during the probation rolls the profile back
+    return ms + ([KernelCanaryMonitor(state_dir)] if state_dir is not None else [])
 
 
 @operation("profile_list", reads=True)

@@ -30,11 +30,18 @@ def load_policy(policy: Any) -> Any:
     return policy
 
 
-def host_monitors(host: Any, canary: Any = None) -> list[Any]:
+def host_monitors(host: Any, canary: Any = None, state_dir: Optional[Path] = None) -> list[Any]:
+    """safety's standard monitors, and with `state_dir` the kernel canary's incident log
+    (a model process's kernel computing wrong during a probation rolls the change back)."""
     from safety import monitors
 
     nvml = host.nvml if host.has_nvml() else None
-    return monitors.standard(nvml=nvml, root=host.path("/"), canary=canary)
+    ms = monitors.standard(nvml=nvml, root=host.path("/"), canary=canary)
+    if state_dir is not None:
+        from tuner.daemon.kernel_canary import KernelCanaryMonitor
+
+        ms.append(KernelCanaryMonitor(state_dir))
+    return ms
 
 
 @dataclass
@@ -58,7 +65,7 @@ class SafetyContext:
         self.journal = safety.Journal.in_state_dir(self.state_dir)
         self.policy = load_policy(self.policy)
         if self.monitors is None:
-            self.monitors = host_monitors(self.host)
+            self.monitors = host_monitors(self.host, state_dir=self.state_dir)
 
     # -- gates -----------------------------------------------------------------------------
     def policy_check_for(self, knobs: Mapping[str, Any]):
