@@ -276,8 +276,13 @@ class ModelWorkload:
     after a failure, with the runtime configured and the table installed as before."""
 
     def __init__(self, recipe: Recipe, start_timeout_s: float = 900.0,
-                 call_timeout_s: float = 600.0, sandbox_user: Optional[str] = None):
+                 call_timeout_s: float = 600.0, sandbox_user: Optional[str] = None,
+                 grace_s: Optional[float] = None):
         self.recipe, self.start_timeout_s = recipe, start_timeout_s
+        #: how long past a measurement's own timeout it may take to answer (it stops at the
+        #: timeout itself, but a size in flight, a capture or a compile, ends first); None:
+        #: as long as the timeout again, 300 s at least
+        self.grace_s = grace_s
         self.call_timeout_s, self.sandbox_user = call_timeout_s, sandbox_user
         self._mp: Optional[ModelProcess] = None
         self._runtime: Optional[dict[str, Any]] = None  # what was configured, for a restart
@@ -343,8 +348,9 @@ class ModelWorkload:
     def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Any:
         from tuner.trial import Measurement
 
-        hard = 2 * (timeout_s or self.call_timeout_s) + 60  # it stops at timeout_s itself
-        d = self._ready().call("measure", hard, repeats=repeats, timeout_s=timeout_s)
+        t = timeout_s or self.call_timeout_s
+        wait = t + (self.grace_s if self.grace_s is not None else max(300.0, t))
+        d = self._ready().call("measure", wait, repeats=repeats, timeout_s=timeout_s)
         try:
             return Measurement.model_validate(d)
         except ValueError as e:
