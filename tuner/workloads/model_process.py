@@ -66,6 +66,15 @@ def _gpu_host() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
+def _stdlib() -> list[str]:
+    """This Python's standard-library folders (a pyenv under a 0700 /root: unreadable to the
+    sandbox user, so the model process imports it ahead, see model_server.preload)."""
+    import sysconfig
+
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    return sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
+
+
 class ModelProcess:
     """One confined child running a workload; `call(op, ...)` is one request and its reply."""
 
@@ -75,7 +84,7 @@ class ModelProcess:
         from kernelsearch.harness.limits import Limits
 
         self.recipe = recipe
-        user = None
+        user, stdlib_closed = None, False
         if os.geteuid() == 0:  # never run a stored source as root unless the operator said so
             try:
                 user = confine.sandbox_user(sandbox_user)
@@ -90,6 +99,7 @@ class ModelProcess:
                     f"{confine.USER_ENV}) cannot read {closed}; install metaltune where others "
                     f"can read, or set {confine.USER_ENV}=none to run it as root (still "
                     "confined: Landlock, seccomp, its own network namespace)")
+            stdlib_closed = bool(user and confine.unreadable_install(user, paths=_stdlib()))
         try:
             lim = Limits.resolve(recipe.timeout_s)
         except ValueError as e:
@@ -119,7 +129,8 @@ class ModelProcess:
                                            r, str(self.work), self._private)
         self.info = self._send({"recipe": recipe.to_dict(), "work": str(self.work),
                                 "user": list(user) if user else None,
-                                "limits": self.limits.to_dict()}, start_timeout_s)
+                                "limits": self.limits.to_dict(),
+                                "stdlib_closed": stdlib_closed}, start_timeout_s)
 
     @property
     def pid(self) -> int:

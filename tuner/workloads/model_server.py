@@ -46,13 +46,22 @@ PRELOAD = ("zoneinfo", "hashlib", "secrets", "traceback", "linecache", "tokenize
            "kernelsearch.harness.runner", "kernelsearch.harness.child")
 
 
-def preload() -> None:
+#: standard-library modules never imported ahead (side effects, or a display they need)
+NOT_AHEAD = {"antigravity", "this", "tkinter", "turtle", "turtledemo", "idlelib", "ensurepip",
+             "venv", "lib2to3", "pydoc_data", "__main__"}
+
+
+def preload(stdlib: bool = False) -> None:
+    """PRELOAD; with `stdlib` (the sandbox user cannot read this Python's standard library)
+    every top-level standard-library module as well: torch, Triton and transformers import some
+    lazily, long after the drop."""
     import importlib
 
-    for m in PRELOAD:
+    names = list(PRELOAD) + (sorted(set(sys.stdlib_module_names) - NOT_AHEAD) if stdlib else [])
+    for m in names:
         try:
             importlib.import_module(m)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - a module this platform lacks; the rest still load
             pass
     from kernelsearch import dispatch
     from kernelsearch.table import DispatchTable
@@ -132,7 +141,11 @@ def main(argv: list[str]) -> int:
     first = json.loads(sys.stdin.buffer.readline() or b"{}")
     try:
         wl = build(first["recipe"])
-        preload()
+        closed = bool(first.get("stdlib_closed"))
+        preload(stdlib=closed)
+        calls = None
+        if closed and wl.kernels_usable() is None:  # its whole call path once, while readable
+            calls = wl.kernel_calls()
         from kernelsearch.harness import confine
         from kernelsearch.harness.limits import Limits
 
@@ -148,7 +161,11 @@ def main(argv: list[str]) -> int:
         if req.get("op") == "stop":
             break
         try:
-            _reply(fd, {"ok": True, "value": handle(wl, req, report)})
+            if req.get("op") == "calls" and calls is not None:
+                value: Any = [[f, d, list(s), n] for (f, d, s), n in calls.items()]
+            else:
+                value = handle(wl, req, report)
+            _reply(fd, {"ok": True, "value": value})
         except Exception as e:  # noqa: BLE001 - every failure is the parent's to judge
             _reply(fd, _error(e))
     try:
