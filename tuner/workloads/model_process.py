@@ -38,6 +38,9 @@ MAX_REPLY = 64 << 20  # bytes of one reply
 #: pools and Triton's compiler subprocesses); an operator's $KERNELSEARCH_SANDBOX_* raise them
 MODEL_TASKS = 512
 MODEL_CPU_S = 7 * 24 * 3600
+#: the operator's settings the model itself reads, passed on beside runner.child_env's allow-list
+#: (the library extensions a table's library entries run: kernelsearch.libraries)
+MODEL_ENV = ("METALTUNE_FLASHMLA_EXT",)
 
 
 class ModelProcessFailed(WorkloadFailed):
@@ -116,6 +119,7 @@ class ModelProcess:
         self._private = tempfile.mkdtemp(prefix="metaltune-model-")  # its stderr, ours only
         self._err = os.path.join(self._private, "stderr")
         env = runner.child_env(os.environ, self.work)
+        env.update({k: os.environ[k] for k in MODEL_ENV if k in os.environ})
         r, w = os.pipe()
         with open(self._err, "w") as err:
             self.proc = subprocess.Popen(
