@@ -173,3 +173,17 @@ def _zombie(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_model_process_that_cannot_be_confined_is_refused_never_run_as_root(tmp_path):
+    """As root, with no unprivileged account to become, no model process starts (so no stored
+    source runs as root): `model_refused`, naming the account; nothing was started."""
+    import pytest
+
+    from tuner.workloads.model_process import ModelProcessFailed, ModelWorkload, Recipe
+
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox user is needed only when root")
+    with pytest.raises(ModelProcessFailed) as e:
+        ModelWorkload(Recipe(workload="llama"), sandbox_user="no-such-user-h24")
+    assert e.value.code == "model_refused" and "no-such-user-h24" in str(e.value)

@@ -326,11 +326,11 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
         unknown = KernelChoice(family="rmsnorm", variant="src:" + "e" * 64, config={},
                                shape_bucket=slot.bucket)
         with TrialStore.in_state_dir(tmp_path / "state") as ts:
-            calls = {}
+            calls = {}  # the model process's stats after each trial
             trials = loop.run(Scripted(ev.joint.space, [Candidate(kernels=[slot.choice(choice)]),
                                                         Candidate(kernels=[unknown])]),
                               ev, ts, ts.new_run("search-mixed", {}), 2,
-                              on_trial=lambda t: calls.__setitem__(t.number, wl.llama.stats())).trials
+                              on_trial=lambda t: calls.update({t.number: wl.llama.stats()})).trials
     finally:
         guard.close()
         wl.close()

@@ -183,13 +183,13 @@ class ModelProcess:
             raise self._died("it closed its requests pipe") from None
         reply = self._recv(timeout_s, req.get("op", "start"))
         if not isinstance(reply, dict) or "ok" not in reply:
-            self.close()
+            self._kill()
             raise ModelProcessFailed("model_crashed", "model process: a reply that is no reply")
         if reply["ok"]:
             return reply.get("value")
         err, msg = str(reply.get("error")), str(reply.get("message", ""))[:2000]
         if "op" not in req:  # the start failed: it ends
-            self.close()
+            self._kill()
             if err == "BadInput":
                 raise BadInput(msg.partition(": ")[2] or msg)
             raise ModelProcessFailed("model_crashed", f"model process did not start: {msg}")
@@ -197,9 +197,9 @@ class ModelProcess:
             raise {"WorkloadFailed": WorkloadFailed, "WorkloadHang": WorkloadHang,
                    "ValueError": ValueError}[err](msg.partition(": ")[2] or msg)
         if err == "WorkloadBroken":  # its device context is gone: so is the process
-            self.close()
+            self._kill()
             raise WorkloadBroken(msg.partition(": ")[2] or msg)
-        self.close()  # an error of its own making: start afresh rather than trust its state
+        self._kill()  # an error of its own making: start afresh rather than trust its state
         raise ModelProcessFailed("model_crashed", f"model process: {req.get('op')}: {msg}")
 
     def _recv(self, timeout_s: float, op: str) -> Any:
@@ -212,16 +212,16 @@ class ModelProcess:
                 try:
                     return json.loads(line)
                 except (ValueError, RecursionError):
-                    self.close()
+                    self._kill()
                     raise ModelProcessFailed("model_crashed",
                                              "model process: an unreadable reply") from None
             if len(self._buf) > MAX_REPLY:
-                self.close()
+                self._kill()
                 raise ModelProcessFailed("model_crashed", f"model process: a reply over "
                                          f"{MAX_REPLY >> 20} MiB")
             left = deadline - time.monotonic()
             if left <= 0:
-                self.close()
+                self._kill()
                 raise ModelProcessFailed("model_timeout", f"model process: no answer to "
                                          f"{op!r} within {timeout_s:g} s; its process tree "
                                          "was killed")
@@ -236,7 +236,7 @@ class ModelProcess:
                 raise self._died(f"it ended during {op!r}")
             _, tasks = self.tree.scan()
             if tasks >= self.limits.tasks:
-                self.close()
+                self._kill()
                 raise ModelProcessFailed("model_crashed", f"model process: {tasks} processes/"
                                          f"threads below it, at the limit of {self.limits.tasks}"
                                          "; killed")
@@ -251,13 +251,20 @@ class ModelProcess:
             tail = Path(self._err).read_text(errors="replace").strip()[-600:]
         except OSError:
             pass
-        self.close()
+        self._kill()
         how = (f"signal {signal.Signals(-rc).name}" if rc is not None and rc < 0
                else f"exit code {rc}")
         return ModelProcessFailed("model_crashed", f"model process crashed ({why}, {how})"
                                   + (f": {tail}" if tail else ""))
 
+    def _kill(self) -> None:
+        """After a failure: its whole tree killed at once (no `stop` asked of it), then closed."""
+        if self._finalizer.alive:
+            self.tree.kill()
+        self._finalizer()
+
     def close(self) -> None:
+        """Asked to stop (10 s), then killed; its temp dirs removed."""
         self._finalizer()
 
     @staticmethod
