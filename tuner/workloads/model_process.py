@@ -113,8 +113,11 @@ class ModelProcess:
         self.work = runner.sandbox_dir(*(user or (None, None)))
         self.store = self.work / "store"  # the sources of the tables it is given, copied
         self.store.mkdir(mode=0o700)
+        # written through this fd only: the child owns `work` and could put a link in the
+        # store's place, which a path would follow (we are root)
+        self._store_fd = os.open(self.store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         if user:
-            os.chown(self.store, *user)
+            os.fchown(self._store_fd, *user)
         self._copied: set[str] = set()
         self._private = tempfile.mkdtemp(prefix="metaltune-model-")  # its stderr, ours only
         self._err = os.path.join(self._private, "stderr")
@@ -130,7 +133,7 @@ class ModelProcess:
         self._r, self._buf = r, bytearray()
         self.tree = runner.ProcessTree(self.proc.pid)
         self._finalizer = weakref.finalize(self, ModelProcess._shutdown, self.proc, self.tree,
-                                           r, str(self.work), self._private)
+                                           (r, self._store_fd), str(self.work), self._private)
         self.info = self._send({"recipe": recipe.to_dict(), "work": str(self.work),
                                 "user": list(user) if user else None,
                                 "limits": self.limits.to_dict(),
@@ -163,12 +166,15 @@ class ModelProcess:
                 continue  # not there: its install there refuses it, by name
             for name, data in ((f"{sha}.py", text.encode()),
                                (f"{sha}.json", json.dumps(rec.to_dict(), default=str).encode())):
-                p = self.store / name
-                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                try:  # O_EXCL: never through a name it made first
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o600, dir_fd=self._store_fd)
+                except FileExistsError:
+                    continue  # its own doing: the digest check there refuses a changed file
                 with os.fdopen(fd, "wb") as f:
+                    if self.user:
+                        os.fchown(f.fileno(), *self.user)
                     f.write(data)
-                if self.user:
-                    os.chown(p, *self.user)
             self._copied.add(sha)
 
     # -- the pipe --------------------------------------------------------------------------
@@ -268,7 +274,7 @@ class ModelProcess:
         self._finalizer()
 
     @staticmethod
-    def _shutdown(proc: "subprocess.Popen[bytes]", tree: Any, r: int, work: str,
+    def _shutdown(proc: "subprocess.Popen[bytes]", tree: Any, fds: tuple[int, ...], work: str,
                   private: str) -> None:
         try:
             if proc.poll() is None and proc.stdin is not None:
@@ -287,8 +293,9 @@ class ModelProcess:
                     f.close()
             except OSError:
                 pass
-        os.close(r)
-        shutil.rmtree(work, ignore_errors=True)
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)  # never follows a link it left there
         shutil.rmtree(private, ignore_errors=True)
 
 
