@@ -130,7 +130,7 @@ class ModelProcess:
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
                 cwd=str(self.work), pass_fds=(w,), preexec_fn=runner.new_session)
         os.close(w)
-        self._r, self._buf = r, bytearray()
+        self._r, self._buf, self._seq = r, bytearray(), 0
         self.tree = runner.ProcessTree(self.proc.pid)
         self._finalizer = weakref.finalize(self, ModelProcess._shutdown, self.proc, self.tree,
                                            (r, self._store_fd), str(self.work), self._private)
@@ -181,6 +181,8 @@ class ModelProcess:
     def _send(self, req: dict[str, Any], timeout_s: float) -> Any:
         if not self.alive():
             raise self._died("the model process is not running")
+        self._seq += 1
+        req = {**req, "id": self._seq}  # echoed: a stray line never passes for the reply
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write((json.dumps(req, default=str) + "\n").encode())
@@ -188,9 +190,10 @@ class ModelProcess:
         except (BrokenPipeError, OSError):
             raise self._died("it closed its requests pipe") from None
         reply = self._recv(timeout_s, req.get("op", "start"))
-        if not isinstance(reply, dict) or "ok" not in reply:
+        if not isinstance(reply, dict) or "ok" not in reply or reply.get("id") != self._seq:
             self._kill()
-            raise ModelProcessFailed("model_crashed", "model process: a reply that is no reply")
+            raise ModelProcessFailed("model_crashed", "model process: a reply that is not the "
+                                     f"reply to {req.get('op', 'start')!r}")
         if reply["ok"]:
             return reply.get("value")
         err, msg = str(reply.get("error")), str(reply.get("message", ""))[:2000]
@@ -369,8 +372,8 @@ class ModelWorkload:
         self._runtime = dict(runtime or {})
         if self._mp is not None and self._mp.alive():
             try:
-                self._settings = self._mp.call("configure", self.call_timeout_s,
-                                               runtime=self._runtime)
+                got = self._mp.call("configure", self.call_timeout_s, runtime=self._runtime)
+                self._settings = got if isinstance(got, dict) else self._settings
             except ModelProcessFailed:
                 self.close()  # the next request starts a fresh one, configured so; it says why
 
@@ -389,7 +392,7 @@ class ModelWorkload:
     def _first_step(self) -> float:
         try:
             return float(self._ready().call("first_step", self.call_timeout_s))
-        except ModelProcessFailed:
+        except (ModelProcessFailed, TypeError, ValueError):
             return float("inf")  # as a failed first step is; its measure says why
 
     def check(self) -> Optional[dict[str, Any]]:

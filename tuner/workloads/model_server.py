@@ -152,9 +152,10 @@ def main(argv: list[str]) -> int:
         user = first.get("user")
         report = confine.enter(Path(first["work"]), tuple(user) if user else None, "",
                                wl.device, Limits(**first["limits"]))
-        _reply(fd, {"ok": True, "value": dict(info(wl), sandbox=report, pid=os.getpid())})
+        _reply(fd, {"ok": True, "value": dict(info(wl), sandbox=report, pid=os.getpid()),
+                    "id": first.get("id")})
     except BaseException as e:  # noqa: BLE001 - reported, then this process ends
-        _reply(fd, _error(e))
+        _reply(fd, dict(_error(e), id=first.get("id")))
         return 3
     for line in sys.stdin.buffer:
         req = json.loads(line)
@@ -165,9 +166,9 @@ def main(argv: list[str]) -> int:
                 value: Any = [[f, d, list(s), n] for (f, d, s), n in calls.items()]
             else:
                 value = handle(wl, req, report)
-            _reply(fd, {"ok": True, "value": value})
+            _reply(fd, {"ok": True, "value": value, "id": req.get("id")})
         except Exception as e:  # noqa: BLE001 - every failure is the parent's to judge
-            _reply(fd, _error(e))
+            _reply(fd, dict(_error(e), id=req.get("id")))
     try:
         wl.close()
     finally:
