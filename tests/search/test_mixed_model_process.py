@@ -187,3 +187,48 @@ def test_a_model_process_that_cannot_be_confined_is_refused_never_run_as_root(tm
     with pytest.raises(ModelProcessFailed) as e:
         ModelWorkload(Recipe(workload="llama"), sandbox_user="no-such-user-h24")
     assert e.value.code == "model_refused" and "no-such-user-h24" in str(e.value)
+
+
+def test_a_source_caught_computing_wrong_in_the_model_process_is_quarantined_in_the_store(
+        tmp_path, interp, monkeypatch):  # noqa: F811
+    """The kernel canary runs where the model runs: a stored source that computes wrong once
+    installed (its output doubled there) is caught on its first call in the model process, and
+    the search quarantines it in the real store (the model process holds a copy), so it is
+    never offered again."""
+    from tests.search.helpers import Scripted
+    from tests.workloads.faults import in_model_process
+    from kernelsearch.store import SourceStore, environment
+    from tuner.host import open_host
+    from tuner.search import loop
+    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.space import kernel_slots, label, stored_sources
+    from tuner.search.safety_context import SafetyContext
+    from tuner.search.store import TrialStore
+    from tuner.trial import Candidate
+
+    in_model_process(monkeypatch, tmp_path / "fault", wrong=True)
+    store = SourceStore(tmp_path / "state" / "kernels" / "sources")
+    sha = store.put("rmsnorm", GOOD["source"], GOOD["config"],
+                    {"verdict": "accepted", "code": "accepted"}, env=environment("cpu")).sha256
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    host = open_host("sim", root)
+    wl = model_workload(host, "sim-llama", "sim-llama", 600.0)
+    slots = kernel_slots(wl.kernel_calls(), ["rmsnorm"], max_choices=3,
+                         sources=stored_sources(store))
+    slot = next(s for s in slots if s.shape == (1, 64))
+    guard = SafetyContext(host, tmp_path / "state", policy=POLICY)
+    try:
+        ev = build_evaluator({}, wl, guard, {}, slots, rounds=1, repeats=1,
+                             store_dir=store.root)
+        ev.measure_incumbent()
+        with TrialStore.in_state_dir(tmp_path / "state") as ts:
+            (t,) = loop.run(Scripted(ev.joint.space, [Candidate(kernels=[
+                slot.choice(label(f"src:{sha}", GOOD["config"]))])]),
+                ev, ts, ts.new_run("search-mixed", {}), 1).trials
+    finally:
+        guard.close()
+        wl.close()
+    assert t.measurements["kernels"][slot.name]["code"] == "accepted", t.gates  # judged fine
+    rec = store.record(sha)
+    assert rec.quarantined and "kernel canary" in rec.quarantined["why"], rec.quarantined
+    assert f"src:{sha}" not in {s for v in stored_sources(store).values() for s, _ in v}

@@ -40,19 +40,38 @@ def inject(family: str, when: str, broken_probe: bool = False) -> None:
         holistic.probe = probe
 
 
-def in_model_process(monkeypatch, folder: Path, family: str, when: str,
-                     broken_probe: bool = False) -> None:
-    """Every model process started from now on (this test's) gets the fault: a sitecustomize
-    on its PYTHONPATH, applied only in `tuner.workloads.model_server`; the sandbox user is
-    `none` (still confined) so that it can read this test's folder."""
+def wrong_sources() -> None:
+    """Every stored source loaded from now on computes twice its output: what a source that
+    behaved while judged does once installed (the kernel canary's case)."""
+    from kernelsearch.harness import sandbox
+
+    real = sandbox.load
+
+    def load(source, tag=""):
+        mod = real(source, tag)
+        if tag == "src":
+            fwd = mod.forward
+            mod.forward = lambda *a, **k: fwd(*a, **k) * 2
+        return mod
+
+    sandbox.load = load
+
+
+def in_model_process(monkeypatch, folder: Path, family: str = "", when: str = "",
+                     broken_probe: bool = False, wrong: bool = False) -> None:
+    """Every model process started from now on (this test's) gets the fault (`inject`, or
+    `wrong_sources` when `wrong`): a sitecustomize on its PYTHONPATH, applied only in
+    `tuner.workloads.model_server`; the sandbox user is `none` (still confined) so that it can
+    read this test's folder."""
     import sys
 
     folder.mkdir(parents=True, exist_ok=True)
+    call = "wrong_sources()" if wrong else f"inject({family!r}, {when!r}, {broken_probe!r})"
     (folder / "sitecustomize.py").write_text(
         "import sys\n"
         "if any(a.endswith('model_server') for a in sys.orig_argv):\n"
-        "    from tests.workloads.faults import inject\n"
-        f"    inject({family!r}, {when!r}, {broken_probe!r})\n")
+        "    from tests.workloads.faults import inject, wrong_sources\n"
+        f"    {call}\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(folder)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     monkeypatch.setenv("KERNELSEARCH_SANDBOX_USER", "none")

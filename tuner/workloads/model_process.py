@@ -324,6 +324,7 @@ class ModelWorkload:
         self._store: Optional[Path] = None
         self._installed = True  # no table yet: nothing to send
         self.last_install: Optional[dict[str, Any]] = None  # its stats after the last install
+        self._quarantined: set[str] = set()  # by quarantine_caught
         info = self.process().info
         self.name: str = info["name"]
         self.device: str = info["device"]
@@ -384,10 +385,38 @@ class ModelWorkload:
         wait = t + (self.grace_s if self.grace_s is not None else max(300.0, t))
         d = self._ready().call("measure", wait, repeats=repeats, timeout_s=timeout_s)
         try:
-            return Measurement.model_validate(d)
+            m = Measurement.model_validate(d)
         except ValueError as e:
             raise ModelProcessFailed("model_crashed", f"model process: not a measurement "
                                      f"({str(e).splitlines()[0][:200]})") from None
+        mp = m.extra.get("model_process")
+        self.quarantine_caught(mp.get("incidents") if isinstance(mp, dict) else None)
+        return m
+
+    def quarantine_caught(self, incidents: Any) -> list[str]:
+        """Quarantine in the real store the stored sources the kernel canary caught computing
+        wrong in the model process (it quarantined its own copy). Only sources of the table
+        installed there count: a reply cannot quarantine anything else. Returns the digests."""
+        from kernelsearch.store import SourceStore, StoreError
+
+        done: list[str] = []
+        if self._store is None or not isinstance(incidents, list):
+            return done
+        store = SourceStore(self._store)
+        for inc in incidents:
+            sha = inc.get("source_sha256") if isinstance(inc, dict) else None
+            if sha not in self._shas or sha in self._quarantined:
+                continue
+            try:
+                store.quarantine(sha, f"kernel canary (model process): "
+                                      f"{str(inc.get('detail', ''))[:1000]}",
+                                 {k: str(inc.get(k, ""))[:300] for k in
+                                  ("kind", "family", "variant", "shape", "at")})
+            except (OSError, StoreError):
+                continue
+            self._quarantined.add(sha)
+            done.append(sha)
+        return done
 
     def _first_step(self) -> float:
         try:

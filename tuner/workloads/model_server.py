@@ -88,7 +88,12 @@ def stats(report: dict[str, Any]) -> dict[str, Any]:
     return {"pid": os.getpid(), "uid": os.geteuid(), "sandbox": report,
             "dispatch": dispatch.stats(), "refused": {k[:16]: v[:300] for k, v in
                                                     dispatch.refused().items()},
-            "sources": sorted(m for m in sys.modules if m.startswith("ks_src_"))}
+            "sources": sorted(m for m in sys.modules if m.startswith("ks_src_")),
+            # what the kernel canary caught here: its quarantine is in this process's copy of
+            # the store only, so the parent records it in the real one
+            "incidents": [{k: i.get(k) for k in ("kind", "family", "variant", "source_sha256",
+                                                 "shape", "detail", "at")}
+                          for i in dispatch.incidents()[-50:]]}
 
 
 def handle(wl: Any, req: dict[str, Any], report: dict[str, Any]) -> Any:
