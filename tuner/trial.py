@@ -31,6 +31,9 @@ REASONS: dict[str, str] = {
     **{code: text for code, text in KERNEL_CODES.items() if code != "accepted"},
     "apply_failed": "the write failed or the read-back disagreed",
     "measure_failed": "the workload failed to produce a metric",
+    "model_crashed": "the model process (where the workload runs a candidate table) died or failed; a fresh one measures next",
+    "model_timeout": "the model process gave no answer in time; its process tree was killed",
+    "model_refused": "the model process could not be started confined (no sandbox user, an install it cannot read)",
     "workload_broken": "the candidate's run left the device unusable; the search stopped",
     "not_installable": "a kernel from source passed the judge in a mixed search, whose slots take shipped variants and stored sources (`metaltune search kernel --proposer llm` stores and installs sources)",
     # rolled back after apply

@@ -307,3 +307,10 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
     return Verdict.reject("process", "crashed", rule,
                           f"child ended ({rule}) without a verdict. stderr: {tail.strip()[-800:]}",
                           seconds=seconds)
+
+
+# -- for other callers that run untrusted code in a confined child of their own (tuner's model
+# process, tuner/workloads/model_process.py): the same pieces, not a second copy of them
+ProcessTree = _Tree  # watch (scan) and kill a child's whole tree
+sandbox_dir = _sandbox_dir  # a fresh temp dir the sandbox user owns, 0700
+new_session = _limits  # preexec_fn: no core dumps, a session of its own

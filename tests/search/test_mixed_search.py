@@ -285,14 +285,18 @@ def test_kernel_slots_and_proposer_sources_go_through_the_judge_at_scale():
 
 def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path, interp):
     """Kernel slots offer the family's stored sources (`src:<sha256>`): judged again at the
-    slot's shape from the store (a child process), installed with the store, run by dispatch."""
-    from kernelsearch import dispatch
+    slot's shape from the store (a child process), installed with a copy of the store in the
+    model process and run by dispatch there, never imported by the search's own process. A
+    workload running in the search's process is refused the choice at the gate."""
+    import sys
+
+    from kernelsearch.harness.sandbox import module_name
     from kernelsearch.store import SourceStore, environment
     from tuner.host import open_host
     from tests.search.helpers import Scripted
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator
-    from tuner.search.mixed.space import kernel_slots, label, stored_sources, trace_kernel_calls
+    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.space import kernel_slots, label, stored_sources
     from tuner.search.safety_context import SafetyContext
     from tuner.sim.llama_host import SimHostLlamaWorkload
     from tuner.search.store import TrialStore
@@ -306,29 +310,36 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     host = open_host("sim", root)
-    wl = SimHostLlamaWorkload(root)
-    slots = kernel_slots(trace_kernel_calls(wl.llama), ["rmsnorm"], max_choices=3,
+    wl = model_workload(host, "sim-llama", "sim-llama", 600.0)
+    slots = kernel_slots(wl.kernel_calls(), ["rmsnorm"], max_choices=3,
                          sources=stored_sources(store))
     slot = next(s for s in slots if s.shape == (1, 64))
     choice = label(f"src:{sha}", good["config"])
     assert slot.choices[:2] == ("torch", choice)  # before the family's own configs
     guard = SafetyContext(host, tmp_path / "state", policy=POLICY)
     try:
+        here = build_evaluator({}, SimHostLlamaWorkload(root), guard, {}, slots,
+                               store_dir=store.root)
+        refused = here._kernels_known(Candidate(kernels=[slot.choice(choice)]))
         ev = build_evaluator({}, wl, guard, {}, slots, store_dir=store.root)
         ev.measure_incumbent()
         unknown = KernelChoice(family="rmsnorm", variant="src:" + "e" * 64, config={},
                                shape_bucket=slot.bucket)
         with TrialStore.in_state_dir(tmp_path / "state") as ts:
-            calls = {}
+            calls = {}  # the model process's stats after each trial
             trials = loop.run(Scripted(ev.joint.space, [Candidate(kernels=[slot.choice(choice)]),
                                                         Candidate(kernels=[unknown])]),
                               ev, ts, ts.new_run("search-mixed", {}), 2,
-                              on_trial=lambda t: calls.__setitem__(t.number, dispatch.stats()["kernel"])).trials
+                              on_trial=lambda t: calls.update({t.number: wl.llama.stats()})).trials
     finally:
         guard.close()
+        wl.close()
+    assert (refused.passed, refused.code) == (False, "not_installable"), refused
     t, bad = trials
     assert t.measurements["kernels"][slot.name]["code"] == "accepted", t.gates
     assert t.verdict in ("kept", "reverted") and "holistic" in t.measurements
-    assert calls[1] > 0  # dispatch ran the stored kernel inside the workload
+    # dispatch ran the stored kernel inside the workload, in the model process only
+    assert calls[1]["dispatch"]["kernel"] > 0 and module_name(good["source"]) in calls[1]["sources"]
+    assert module_name(good["source"]) not in sys.modules
     assert (bad.verdict, bad.reason) == ("rejected", "out_of_domain")
     assert "not a stored source" in bad.gates[-1].detail

@@ -1,8 +1,9 @@
 """A stored source carrying an annotation payload (`PROBE: exec("open(...)") = 0`) offered as a
-mixed search's slot choice: judged in the sandbox, installed by `dispatch.install` and run by
-the workload in this process (as `metaltune search mixed` runs it), the payload never runs
-outside the sandbox (its marker file never appears), whether the guard refuses the source or
-the loader keeps its annotations unevaluated. Same evaluator path as the CLI's `search mixed`."""
+mixed search's slot choice: judged in the sandbox, installed by `dispatch.install` in the model
+process and run by the workload there (as `metaltune search mixed` runs it), the payload never
+runs (its marker file never appears), whether the guard refuses the source or the loader keeps
+its annotations unevaluated; the search's own process never imports it. Same evaluator path as
+the CLI's `search mixed` (tests/search/test_mixed_model_process.py runs the CLI itself)."""
 from __future__ import annotations
 
 import json
@@ -20,16 +21,17 @@ def payload_line(marker) -> str:
     return f'PROBE: exec("{code}") = 0'
 
 def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_path, interp):  # noqa: F811
-    from kernelsearch import dispatch
+    import sys
+
+    from kernelsearch.harness.sandbox import module_name
     from kernelsearch.store import SourceStore, environment
     from tests.search.helpers import Scripted
     from tuner.host import open_host
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator
-    from tuner.search.mixed.space import kernel_slots, label, stored_sources, trace_kernel_calls
+    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.space import kernel_slots, label, stored_sources
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
-    from tuner.sim.llama_host import SimHostLlamaWorkload
     from tuner.trial import Candidate
 
     marker = tmp_path / "marker"
@@ -42,8 +44,8 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
     sha = store.put("rmsnorm", src, good["config"], {"verdict": "accepted", "code": "accepted"},
                     env=environment("cpu")).sha256
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
-    wl = SimHostLlamaWorkload(root)
-    slots = kernel_slots(trace_kernel_calls(wl.llama), ["rmsnorm"], max_choices=3,
+    wl = model_workload(open_host("sim", root), "sim-llama", "sim-llama", 600.0)
+    slots = kernel_slots(wl.kernel_calls(), ["rmsnorm"], max_choices=3,
                          sources=stored_sources(store))
     slot = next(s for s in slots if s.shape == (1, 64))
     choice = label(f"src:{sha}", good["config"])
@@ -55,13 +57,14 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
             calls = {}
             (t,) = loop.run(Scripted(ev.joint.space, [Candidate(kernels=[slot.choice(choice)])]),
                             ev, ts, ts.new_run("search-mixed", {}), 1,
-                            on_trial=lambda t: calls.__setitem__(t.number, dispatch.stats()["kernel"])).trials
+                            on_trial=lambda t: calls.__setitem__(t.number, wl.llama.stats())).trials
     finally:
         guard.close()
-        dispatch.install(None)
-    assert not marker.exists(), "the annotation payload ran in the search's process"
+        wl.close()
+    assert not marker.exists(), "the annotation payload ran"
+    assert module_name(src) not in sys.modules, "the search's process imported the source"
     r = t.measurements["kernels"][slot.name]
-    if r["code"] == "accepted":  # loaded and run here: its annotations were never evaluated
-        assert t.verdict in ("kept", "reverted") and calls[1] > 0, t.gates
+    if r["code"] == "accepted":  # loaded and run there: its annotations were never evaluated
+        assert t.verdict in ("kept", "reverted") and calls[1]["dispatch"]["kernel"] > 0, t.gates
     else:  # the guard refused it, by a named rule
         assert t.verdict == "rejected" and r["rule"], r

@@ -29,6 +29,9 @@ from tuner.trial import Measurement
 #: per-launch and per-capture costs on the CPU (a GPU's orders of magnitude, scaled to the tiny
 #: model: graphs off pays ~35 launches per decode step, graphs on pays one capture per size)
 CPU_EMULATION = {"emulate_launch_us": 100.0, "emulate_capture_us": 20000.0}
+#: its Llama (tuner.workloads.llama.LlamaWorkload's arguments), here or in a model process
+LLAMA_KW = {"model": "tiny", "contexts": [16, 64], "decode_batches": [2], "decode_steps": 3,
+            "device": "cpu", "runtime": CPU_EMULATION}
 
 
 @contextmanager
@@ -57,8 +60,7 @@ class SimHostLlamaWorkload:
 
         self.sim = SimWorkload(root)
         self.llama = llama if llama is not None else LlamaWorkload(
-            "tiny", contexts=[16, 64], decode_batches=[2], decode_steps=3, device="cpu",
-            runtime={**CPU_EMULATION, **dict(runtime or {})})
+            **{**LLAMA_KW, "runtime": {**CPU_EMULATION, **dict(runtime or {})}})
         self.hang_timeout_s = hang_timeout_s  # the sim measures in ms: longer is a hang
         st = SimState(root).read()
         # the driver defaults' modelled throughput: factor 1.0
@@ -73,6 +75,12 @@ class SimHostLlamaWorkload:
 
     def dispatch_changed(self) -> None:
         self.llama.dispatch_changed()
+
+    @property
+    def install_table(self) -> Any:
+        """Its Llama's `install_table` where that runs in a model process
+        (tuner.workloads.model_process); None for a Llama in this process."""
+        return getattr(self.llama, "install_table", None)
 
     def first_step_s(self, *args: Any, **kw: Any) -> float:
         with one_thread():
@@ -118,4 +126,5 @@ class SimHostLlamaWorkload:
         return summarize(m.metric, m.unit, scaled, extra={
             "simulated": "llama tokens/s x sim host throughput / driver-default throughput",
             "host_factor": statistics.median(factors), "sim": host.extra,
-            **{k: m.extra.get(k) for k in ("runtime", "check", "device")}})
+            **{k: m.extra.get(k) for k in ("runtime", "check", "device")},
+            **{k: v for k, v in m.extra.items() if k == "model_process"}})

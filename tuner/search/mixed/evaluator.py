@@ -14,6 +14,12 @@ per-size keep rule (`tuner.search.keep.gate`; micro-benchmark gain: the runtime'
 time or the kernels' harness speedup, so a micro win that loses end to end is `holistic_lost`).
 Kept: the transaction is confirmed and the incumbent (host, table, runtime) moves. Anything else:
 the transaction rolls the host back, and the table and runtime are restored.
+
+Tables go where the model runs: a workload with `install_table` (a model process,
+tuner.workloads.model_process) gets each side's table there, so no stored source is ever
+imported by this process; its failures (crash, timeout, refusal) are the trial's reason. A
+workload in this process gets tables of shipped variants only (`dispatch.install` here); a
+stored source is refused for it at the gate (`not_installable`).
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from tuner.search.mixed.space import TORCH, JointSpace, label
 from tuner.search.runtime import RuntimeEvaluator
 from tuner.trial import Candidate, GateResult, KernelChoice, Measurement, Trial
 from tuner.workloads.base import Tunable
+from tuner.workloads.model_process import ModelProcessFailed
 from tuner.workloads.stats import geomean
 
 
@@ -81,6 +88,11 @@ class MixedEvaluator:
     def workload(self) -> Tunable:
         return self.runtime.workload
 
+    @property
+    def remote(self) -> bool:
+        """Whether tables are installed where the model runs (a model process), not here."""
+        return getattr(self.workload, "install_table", None) is not None
+
     # -- gates ---------------------------------------------------------------------------------
     def gates(self) -> list[G.Gate]:
         return self.host.gates(also_known=[self._kernels_known, self._runtime_valid],
@@ -101,6 +113,11 @@ class MixedEvaluator:
                                   detail=f"no kernel slot {k.family} {k.shape_bucket}; this "
                                          f"workload calls: {', '.join(x.name for x in self.joint.slots) or 'none'}")
             if k.variant is not None and k.variant.startswith("src:"):
+                if not self.remote:
+                    return GateResult(gate="known", passed=False, code="not_installable",
+                                      detail=f"{k.family} {k.variant[:16]}...: a stored source "
+                                             "runs only in a model process, and this workload "
+                                             "runs in the search's process")
                 if label(k.variant, k.config) not in s.choices:
                     return GateResult(gate="known", passed=False, code="out_of_domain",
                                       detail=f"{k.family} {k.variant[:16]}... is not a stored "
@@ -199,11 +216,19 @@ class MixedEvaluator:
 
     # -- measurement -----------------------------------------------------------------------------
     def _use(self, table: Any) -> None:
-        from kernelsearch import dispatch
-
         key = json.dumps(table.to_dict(), sort_keys=True, default=str)
         if key != self._table_key:
-            dispatch.install(table, store=self.store_dir)
+            install = getattr(self.workload, "install_table", None)
+            if install is not None:  # the model process loads it, with its next measurement
+                install(table, self.store_dir)
+            else:
+                from kernelsearch import dispatch
+
+                if table.sources():  # never imported here: this process may be root
+                    raise WorkloadFailed(f"{self.workload.name}: runs in the search's process, "
+                                         "and a table naming stored sources is installed only "
+                                         "in a model process")
+                dispatch.install(table, store=self.store_dir)
             self.workload.dispatch_changed()
             self._table_key = key
 
@@ -269,6 +294,13 @@ class MixedEvaluator:
             txn.rollback(f"hang: {e}")
             h.safety.quarantine(c.key(), "hang")
             h.rolled_back(trial, {"type": "hang", "reason": "instability_hang", "detail": str(e)}, ab.b)
+        except ModelProcessFailed as e:  # it crashed, hung or was refused: a fresh one next
+            txn.rollback(f"model process: {e}")
+            if e.code == "model_timeout":
+                h.safety.quarantine(c.key(), "hang")  # as a hang is: never tried again
+            trial.verdict, trial.reason = "rejected", e.code
+            trial.gates.append(GateResult(gate="model_process", passed=False, code=e.code,
+                                          detail=str(e)[:500]))
         except WorkloadFailed as e:
             txn.rollback(f"measure failed: {e}")
             code = "incorrect" if "differ from the plain torch path" in str(e) else "measure_failed"

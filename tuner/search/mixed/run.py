@@ -17,22 +17,46 @@ from tuner.trial import Trial
 from tuner.workloads.base import Tunable
 
 
+#: the workloads whose model runs in a model process (tuner.workloads.model_process): a
+#: candidate table's stored sources are imported there, never in this (root) process
+MODEL_PROCESS = ("llama", "deepseek", "deepseek-v3.2", "hf", "sim-llama")
+
+
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
                         timeout_s: float) -> Tunable:
     """What `search host` takes, defaulting to `sim-llama` on a sim host (the CPU Llama scaled by
-    the sim host's model, so host and kernel effects show in one metric) and `llama` elsewhere."""
+    the sim host's model, so host and kernel effects show in one metric) and `llama` elsewhere.
+    The models of MODEL_PROCESS run in a model process, confined as the judge's child is."""
     from tuner.sim import register_workloads
-    from tuner.workloads.factory import make_workload
+    from tuner.workloads.factory import make_workload, parse
 
     register_workloads()  # `sim` and `sim-llama` are named (and refused off a sim host)
 
     if workload is None:
         workload = "sim-llama" if host.backend == "sim" else "llama"
+    spec = parse(workload, host, metric_regex, timeout_s)  # BadInput for a name it lacks
+    if spec.name in MODEL_PROCESS:
+        return model_workload(host, spec.text, spec.name, timeout_s)
     wl = make_workload(host, workload, metric_regex, timeout_s)
     if not isinstance(wl, Tunable):
         raise BadInput(f"--workload {workload}: not searchable here (it does not declare "
                        "tuner.workloads.base.Tunable)")
     return wl
+
+
+def model_workload(host: Any, text: str, name: str, timeout_s: float) -> Tunable:
+    """The workload `text` with its model in a model process (`sim-llama`: the sim host's factor
+    here, its Llama there)."""
+    from tuner.workloads.model_process import ModelWorkload, Recipe
+
+    if name == "sim-llama":
+        from tuner.sim.llama_host import LLAMA_KW, SimHostLlamaWorkload
+
+        if host.backend != "sim":
+            raise BadInput(f"--workload {text} needs --backend sim")
+        return SimHostLlamaWorkload(host.root, llama=ModelWorkload(
+            Recipe(llama=dict(LLAMA_KW), threads=1, timeout_s=timeout_s)))
+    return ModelWorkload(Recipe(workload=text, timeout_s=timeout_s))
 
 
 def _start_table(table: Optional[str]) -> Any:

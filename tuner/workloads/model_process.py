@@ -1,0 +1,459 @@
+"""The model process: where a mixed search's holistic workload runs with a candidate dispatch
+table, so that no stored (candidate) source is ever imported by the search's own process, which
+runs as root in the daemon.
+
+`ModelWorkload` is the Tunable the search holds (tuner.workloads.base); every call goes to one
+child, `python -m tuner.workloads.model_server`, confined as the judge's child is
+(kernelsearch.harness: an allow-listed environment, its own temp dir, no network, Landlock, the
+sandbox user `$KERNELSEARCH_SANDBOX_USER` (default nobody) when we are root, resource limits, its
+session and process tree killed at a timeout). `install_table` hands it the table and a copy of
+the sources it names (the store itself may be root's 0700 dir); `dispatch.install` runs there,
+with its digest, guard and judgement checks. Requests and replies are JSON lines (never pickle):
+a reply is data, a Measurement validated by pydantic here.
+
+A failure of the process (it died, gave no answer in time, could not be started confined) is
+`ModelProcessFailed`, a WorkloadFailed with a reason code (`model_crashed`, `model_timeout`,
+`model_refused`): the evaluator records it as the trial's reason and the next request starts a
+fresh process with the same runtime and table."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from tuner.errors import BadInput, WorkloadBroken, WorkloadFailed, WorkloadHang
+
+MAX_REPLY = 64 << 20  # bytes of one reply
+#: the model process's resource limits, at least (a whole search's worth of CPU, torch's thread
+#: pools and Triton's compiler subprocesses); an operator's $KERNELSEARCH_SANDBOX_* raise them
+MODEL_TASKS = 512
+MODEL_CPU_S = 7 * 24 * 3600
+#: the operator's settings the model itself reads, passed on beside runner.child_env's allow-list
+#: (the library extensions a table's library entries run: kernelsearch.libraries)
+MODEL_ENV = ("METALTUNE_FLASHMLA_EXT",)
+
+
+class ModelProcessFailed(WorkloadFailed):
+    """The model process died, hung or could not start confined: `code` names which."""
+
+    def __init__(self, code: str, detail: str):
+        super().__init__(detail)
+        self.code = code
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What the model process builds: a workload name the factory builds without a host
+    (`llama`, `deepseek`, `deepseek-v3.2`, `hf:<config>`), or `LlamaWorkload(**llama)`."""
+
+    workload: str = "llama"
+    llama: Optional[dict[str, Any]] = None
+    threads: Optional[int] = None  # torch's intra-op threads there (None: torch's default)
+    timeout_s: float = 600.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _gpu_host() -> bool:
+    return os.path.exists("/dev/nvidiactl")
+
+
+def _stdlib() -> list[str]:
+    """This Python's standard-library folders (a pyenv under a 0700 /root: unreadable to the
+    sandbox user, so the model process imports it ahead, see model_server.preload)."""
+    import sysconfig
+
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    return sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
+
+
+class ModelProcess:
+    """One confined child running a workload; `call(op, ...)` is one request and its reply."""
+
+    def __init__(self, recipe: Recipe, start_timeout_s: float = 900.0,
+                 sandbox_user: Optional[str] = None):
+        from kernelsearch.harness import confine, runner
+        from kernelsearch.harness.limits import Limits
+
+        self.recipe = recipe
+        user, stdlib_closed = None, False
+        if os.geteuid() == 0:  # never run a stored source as root unless the operator said so
+            try:
+                user = confine.sandbox_user(sandbox_user)
+            except (KeyError, ValueError) as e:
+                raise ModelProcessFailed("model_refused", f"model process: no unprivileged "
+                                         f"account to run it as: {e}") from None
+            closed = confine.unreadable_install(user, "cuda" if _gpu_host() else "cpu") \
+                if user else None
+            if closed:
+                raise ModelProcessFailed(
+                    "model_refused", f"model process: the sandbox user (uid {user[0]}, "
+                    f"{confine.USER_ENV}) cannot read {closed}; install metaltune where others "
+                    f"can read, or set {confine.USER_ENV}=none to run it as root (still "
+                    "confined: Landlock, seccomp, its own network namespace)")
+            stdlib_closed = bool(user and confine.unreadable_install(user, paths=_stdlib()))
+        try:
+            lim = Limits.resolve(recipe.timeout_s)
+        except ValueError as e:
+            raise ModelProcessFailed("model_refused", f"model process: {e}") from None
+        self.limits = dataclasses.replace(lim, tasks=max(lim.tasks, MODEL_TASKS),
+                                          cpu_s=max(lim.cpu_s, MODEL_CPU_S))
+        self.user = user
+        self.work = runner.sandbox_dir(*(user or (None, None)))
+        self.store = self.work / "store"  # the sources of the tables it is given, copied
+        self.store.mkdir(mode=0o700)
+        # written through this fd only: the child owns `work` and could put a link in the
+        # store's place, which a path would follow (we are root)
+        self._store_fd = os.open(self.store, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if user:
+            os.fchown(self._store_fd, *user)
+        self._copied: set[str] = set()
+        self._private = tempfile.mkdtemp(prefix="metaltune-model-")  # its stderr, ours only
+        self._err = os.path.join(self._private, "stderr")
+        env = runner.child_env(os.environ, self.work)
+        env.update({k: os.environ[k] for k in MODEL_ENV if k in os.environ})
+        r, w = os.pipe()
+        with open(self._err, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tuner.workloads.model_server", str(w)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                cwd=str(self.work), pass_fds=(w,), preexec_fn=runner.new_session)
+        os.close(w)
+        self._r, self._buf, self._seq = r, bytearray(), 0
+        self.tree = runner.ProcessTree(self.proc.pid)
+        self._finalizer = weakref.finalize(self, ModelProcess._shutdown, self.proc, self.tree,
+                                           (r, self._store_fd), str(self.work), self._private)
+        self.info = self._send({"recipe": recipe.to_dict(), "work": str(self.work),
+                                "user": list(user) if user else None,
+                                "limits": self.limits.to_dict(),
+                                "stdlib_closed": stdlib_closed}, start_timeout_s)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and self._finalizer.alive
+
+    def call(self, op: str, wait_s: float, **args: Any) -> Any:
+        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most."""
+        return self._send({"op": op, **args}, wait_s)
+
+    def copy_sources(self, shas: Sequence[str], store_dir: Optional[Path]) -> None:
+        """Put the stored sources a table names into its own store (digest checked on the way;
+        quarantine and judgements travel in the record): what it installs from."""
+        from kernelsearch.store import SourceStore, StoreError
+
+        todo = [s for s in shas if s not in self._copied]
+        if not todo or store_dir is None:
+            return
+        src = SourceStore(store_dir)
+        for sha in todo:
+            try:
+                text, rec = src.source(sha), src.record(sha)
+            except StoreError:
+                continue  # not there: its install there refuses it, by name
+            for name, data in ((f"{sha}.py", text.encode()),
+                               (f"{sha}.json", json.dumps(rec.to_dict(), default=str).encode())):
+                try:  # O_EXCL: never through a name it made first
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                 0o600, dir_fd=self._store_fd)
+                except FileExistsError:
+                    continue  # its own doing: the digest check there refuses a changed file
+                with os.fdopen(fd, "wb") as f:
+                    if self.user:
+                        os.fchown(f.fileno(), *self.user)
+                    f.write(data)
+            self._copied.add(sha)
+
+    # -- the pipe --------------------------------------------------------------------------
+    def _send(self, req: dict[str, Any], timeout_s: float) -> Any:
+        if not self.alive():
+            raise self._died("the model process is not running")
+        self._seq += 1
+        req = {**req, "id": self._seq}  # echoed: a stray line never passes for the reply
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps(req, default=str) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died("it closed its requests pipe") from None
+        reply = self._recv(timeout_s, req.get("op", "start"))
+        if not isinstance(reply, dict) or "ok" not in reply or reply.get("id") != self._seq:
+            self._kill()
+            raise ModelProcessFailed("model_crashed", "model process: a reply that is not the "
+                                     f"reply to {req.get('op', 'start')!r}")
+        if reply["ok"]:
+            return reply.get("value")
+        err, msg = str(reply.get("error")), str(reply.get("message", ""))[:2000]
+        if "op" not in req:  # the start failed: it ends
+            self._kill()
+            if err == "BadInput":
+                raise BadInput(msg.partition(": ")[2] or msg)
+            raise ModelProcessFailed("model_crashed", f"model process did not start: {msg}")
+        if err in ("WorkloadFailed", "WorkloadHang", "ValueError"):
+            raise {"WorkloadFailed": WorkloadFailed, "WorkloadHang": WorkloadHang,
+                   "ValueError": ValueError}[err](msg.partition(": ")[2] or msg)
+        if err == "WorkloadBroken":  # its device context is gone: so is the process
+            self._kill()
+            raise WorkloadBroken(msg.partition(": ")[2] or msg)
+        self._kill()  # an error of its own making: start afresh rather than trust its state
+        raise ModelProcessFailed("model_crashed", f"model process: {req.get('op')}: {msg}")
+
+    def _recv(self, timeout_s: float, op: str) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[:nl])
+                del self._buf[:nl + 1]
+                try:
+                    return json.loads(line)
+                except (ValueError, RecursionError):
+                    self._kill()
+                    raise ModelProcessFailed("model_crashed",
+                                             "model process: an unreadable reply") from None
+            if len(self._buf) > MAX_REPLY:
+                self._kill()
+                raise ModelProcessFailed("model_crashed", f"model process: a reply over "
+                                         f"{MAX_REPLY >> 20} MiB")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                raise ModelProcessFailed("model_timeout", f"model process: no answer to "
+                                         f"{op!r} within {timeout_s:g} s; its process tree "
+                                         "was killed")
+            ready, _, _ = select.select([self._r], [], [], min(left, 0.2))
+            if ready:
+                chunk = os.read(self._r, 1 << 16)
+                if chunk:
+                    self._buf += chunk
+                    continue
+                raise self._died(f"it ended during {op!r}")
+            if self.proc.poll() is not None:
+                raise self._died(f"it ended during {op!r}")
+            _, tasks = self.tree.scan()
+            if tasks >= self.limits.tasks:
+                self._kill()
+                raise ModelProcessFailed("model_crashed", f"model process: {tasks} processes/"
+                                         f"threads below it, at the limit of {self.limits.tasks}"
+                                         "; killed")
+
+    def _died(self, why: str) -> ModelProcessFailed:
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        tail = ""
+        try:  # before close() removes it
+            tail = Path(self._err).read_text(errors="replace").strip()[-600:]
+        except OSError:
+            pass
+        self._kill()
+        how = (f"signal {signal.Signals(-rc).name}" if rc is not None and rc < 0
+               else f"exit code {rc}")
+        return ModelProcessFailed("model_crashed", f"model process crashed ({why}, {how})"
+                                  + (f": {tail}" if tail else ""))
+
+    def _kill(self) -> None:
+        """After a failure: its whole tree killed at once (no `stop` asked of it), then closed."""
+        if self._finalizer.alive:
+            self.tree.kill()
+        self._finalizer()
+
+    def close(self) -> None:
+        """Asked to stop (10 s), then killed; its temp dirs removed."""
+        self._finalizer()
+
+    @staticmethod
+    def _shutdown(proc: "subprocess.Popen[bytes]", tree: Any, fds: tuple[int, ...], work: str,
+                  private: str) -> None:
+        try:
+            if proc.poll() is None and proc.stdin is not None:
+                proc.stdin.write(b'{"op": "stop"}\n')
+                proc.stdin.flush()
+                proc.wait(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        if proc.poll() is None:
+            tree.kill()
+            proc.wait()
+        tree.leftovers()
+        for f in (proc.stdin,):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)  # never follows a link it left there
+        shutil.rmtree(private, ignore_errors=True)
+
+
+class ModelWorkload:
+    """Tunable (tuner.workloads.base) whose model runs in a `ModelProcess`; the process is
+    started now (what it reports: device, runtime settings, first-step benchmark) and again
+    after a failure, with the runtime configured and the table installed as before."""
+
+    def __init__(self, recipe: Recipe, start_timeout_s: float = 900.0,
+                 call_timeout_s: float = 600.0, sandbox_user: Optional[str] = None,
+                 grace_s: Optional[float] = None):
+        self.recipe, self.start_timeout_s = recipe, start_timeout_s
+        #: how long past a measurement's own timeout it may take to answer (it stops at the
+        #: timeout itself, but a size in flight, a capture or a compile, ends first); None:
+        #: as long as the timeout again, 300 s at least
+        self.grace_s = grace_s
+        self.call_timeout_s, self.sandbox_user = call_timeout_s, sandbox_user
+        self._mp: Optional[ModelProcess] = None
+        self._runtime: Optional[dict[str, Any]] = None  # what was configured, for a restart
+        self._settings: Optional[dict[str, Any]] = None  # the runtime in force there
+        self._table: Optional[dict[str, Any]] = None
+        self._shas: list[str] = []
+        self._store: Optional[Path] = None
+        self._installed = True  # no table yet: nothing to send
+        self.last_install: Optional[dict[str, Any]] = None  # its stats after the last install
+        self._quarantined: set[str] = set()  # by quarantine_caught
+        info = self.process().info
+        self.name: str = info["name"]
+        self.device: str = info["device"]
+        self._info = info
+        self.first_step_s: Optional[Callable[[], float]] = \
+            self._first_step if info["first_step"] else None
+
+    # -- the process -------------------------------------------------------------------------
+    def process(self) -> ModelProcess:
+        """The running process, a fresh one (runtime and table re-sent) if it is gone."""
+        if self._mp is None or not self._mp.alive():
+            self._mp = None
+            mp = ModelProcess(self.recipe, self.start_timeout_s, self.sandbox_user)
+            if self._runtime is not None:
+                self._settings = mp.call("configure", self.call_timeout_s,
+                                         runtime=self._runtime)
+            self._mp, self._installed = mp, self._table is None
+        return self._mp
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._mp.pid if self._mp is not None and self._mp.alive() else None
+
+    def _ready(self) -> ModelProcess:
+        mp = self.process()
+        if not self._installed:
+            mp.copy_sources(self._shas, self._store)
+            self.last_install = mp.call("install", self.call_timeout_s, table=self._table,
+                                        store=str(mp.store))
+            self._installed = True
+        return mp
+
+    def install_table(self, table: Any, store_dir: Optional[Path] = None) -> None:
+        """Install `table` where the model runs (sent with the next request that runs it)."""
+        self._table = table.to_dict() if table is not None else None
+        self._shas = list(table.sources()) if table is not None else []
+        self._store = Path(store_dir) if store_dir is not None else None
+        self._installed = False
+
+    def stats(self) -> dict[str, Any]:
+        """pid, uid, confinement, dispatch stats and the stored sources' modules there."""
+        return self._ready().call("stats", self.call_timeout_s)
+
+    # -- Tunable -------------------------------------------------------------------------------
+    def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
+        self._runtime = dict(runtime or {})
+        if self._mp is not None and self._mp.alive():
+            try:
+                got = self._mp.call("configure", self.call_timeout_s, runtime=self._runtime)
+                self._settings = got if isinstance(got, dict) else self._settings
+            except ModelProcessFailed:
+                self.close()  # the next request starts a fresh one, configured so; it says why
+
+    def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Any:
+        from tuner.trial import Measurement
+
+        t = timeout_s or self.call_timeout_s
+        wait = t + (self.grace_s if self.grace_s is not None else max(300.0, t))
+        d = self._ready().call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+        try:
+            m = Measurement.model_validate(d)
+        except ValueError as e:
+            raise ModelProcessFailed("model_crashed", f"model process: not a measurement "
+                                     f"({str(e).splitlines()[0][:200]})") from None
+        mp = m.extra.get("model_process")
+        self.quarantine_caught(mp.get("incidents") if isinstance(mp, dict) else None)
+        return m
+
+    def quarantine_caught(self, incidents: Any) -> list[str]:
+        """Quarantine in the real store the stored sources the kernel canary caught computing
+        wrong in the model process (it quarantined its own copy). Only sources of the table
+        installed there count: a reply cannot quarantine anything else. Returns the digests."""
+        from kernelsearch.store import SourceStore, StoreError
+
+        done: list[str] = []
+        if self._store is None or not isinstance(incidents, list):
+            return done
+        store = SourceStore(self._store)
+        for inc in incidents:
+            sha = inc.get("source_sha256") if isinstance(inc, dict) else None
+            if sha not in self._shas or sha in self._quarantined:
+                continue
+            try:
+                store.quarantine(sha, f"kernel canary (model process): "
+                                      f"{str(inc.get('detail', ''))[:1000]}",
+                                 {k: str(inc.get(k, ""))[:300] for k in
+                                  ("kind", "family", "variant", "shape", "at")})
+            except (OSError, StoreError):
+                continue
+            self._quarantined.add(sha)
+            done.append(sha)
+        return done
+
+    def _first_step(self) -> float:
+        try:
+            return float(self._ready().call("first_step", self.call_timeout_s))
+        except (ModelProcessFailed, TypeError, ValueError):
+            return float("inf")  # as a failed first step is; its measure says why
+
+    def check(self) -> Optional[dict[str, Any]]:
+        return self._ready().call("check", self.call_timeout_s)
+
+    def runtime_dims(self) -> dict[str, list[Any]]:
+        return {k: list(v) for k, v in self._info["runtime_dims"].items()}
+
+    def runtime_settings(self) -> dict[str, Any]:
+        return dict(self._settings if self._settings is not None
+                    else self._info["runtime_settings"])
+
+    def validate_runtime(self, runtime: Mapping[str, Any]) -> Any:
+        try:
+            return self.process().call("validate", self.call_timeout_s, runtime=dict(runtime))
+        except ModelProcessFailed as e:
+            raise ValueError(f"runtime not checked: {e}") from None
+
+    def kernels_usable(self) -> Optional[str]:
+        return self._info["kernels_usable"]
+
+    def kernel_calls(self) -> dict[Any, int]:
+        return {(f, d, tuple(s)): n for f, d, s, n in self.process().call("calls",
+                                                                          self.call_timeout_s)}
+
+    def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
+        return self._info["kernel_variants"]
+
+    def dispatch_changed(self) -> None:
+        pass  # the process drops its runners itself when a table is installed there
+
+    def close(self) -> None:
+        if self._mp is not None:
+            self._mp.close()
+            self._mp = None
