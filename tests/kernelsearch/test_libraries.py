@@ -274,6 +274,36 @@ def test_table_entry_naming_a_library_variant_round_trips_and_needs_its_library(
         sys.path[:0] = monkey_path
 
 
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA: dispatch hands the library fallback CUDA tensors
+    only, and the stand-in computes anywhere."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def test_a_call_no_entry_covers_runs_the_library_through_dispatch(flash_mla, monkeypatch):
+    """An installed table (even an empty one) runs the best library kernel where no entry
+    covers the call: the mixed search's "torch" slots and every replayed table rely on it."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # dispatch takes CPU tensors under it
+    fam = get("mla_decode")
+    q, kv, bt, lens, scale = fam.make_inputs((2, 16, 130, 64, 1), "bfloat16", "cpu",
+                                             torch.Generator().manual_seed(0))
+    ran = []
+    real = library.forward("mla_decode", "flashmla")
+    monkeypatch.setattr(sys.modules["kernelsearch.families.mla_decode.flashmla"], "forward",
+                        lambda *a: ran.append(1) or real(*a))
+    dispatch.install(DispatchTable([]))
+    out = dispatch.call("mla_decode", q.as_subclass(_OnCuda), kv, bt, lens, scale)
+    assert ran == [1]  # the library's wrapper ran, not torch
+    ref = fam.reference(q, kv, bt, lens, scale)
+    assert torch.allclose(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
+    dispatch.install(None)  # no table: torch, the library is not asked
+    dispatch.call("mla_decode", q.as_subclass(_OnCuda), kv, bt, lens, scale)
+    assert ran == [1]
+
+
 def _row(L, t_us, lib_us, variant="splitkv"):
     return {"shape": [2, 16, L, 64, 0], "dtype": "bfloat16", "variant": variant,
             "config": {} if variant == "flashmla" else _tma_entry(1, 2).config,
