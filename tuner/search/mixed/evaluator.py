@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from kernelsearch.table import behind_library
 from tuner.errors import WorkloadFailed, WorkloadHang
 from tuner.search import gates as G
 from tuner.search import keep
@@ -178,6 +179,12 @@ class MixedEvaluator:
                                          "device", "timed_shapes", "seconds")}
             if not ok:
                 trial.reason = r["code"]
+                return None
+            behind = behind_library(r)  # the library runs where no entry covers the call
+            if behind is not None:
+                trial.reason = "slower_than_library"
+                trial.gates.append(GateResult(gate="library", passed=False, code=trial.reason,
+                                              detail=f"{name} {k.variant}: {behind}"))
                 return None
             if k.source:  # accepted, but not for any slot: slots take stored sources
                 trial.reason = "not_installable"
