@@ -78,3 +78,17 @@ def test_a_choice_slower_than_the_library_is_rejected_before_the_ab(tmp_path):
     # the choice that beats the library goes on to the end-to-end A/B and its keep rule
     assert "holistic" in fast.measurements and fast.verdict in ("kept", "reverted"), fast.gates
     assert a.name not in {n for n, v in ev.joint.incumbent.kernels.items() if v != "torch"}
+
+
+def test_deepseek_workload_takes_its_size_grid():
+    """`--workload deepseek-v3.2:batch=8,32:ctx=...`: the sizes where a searched kernel and the
+    library kernel differ (the sparse kernel wins at batch 8, loses at 32) in one search."""
+    from tuner.errors import BadInput
+    from tuner.workloads.factory import make_workload
+
+    wl = make_workload(None, "deepseek-v3.2:batch=1,2:ctx=20", None, 60.0)
+    assert (wl.name, wl.grid.decode_batches, wl.grid.contexts) == ("deepseek-v3.2", [1, 2], [20])
+    assert make_workload(None, "deepseek", None, 60.0).grid.contexts == [20, 70]  # its own grid
+    for bad in ("deepseek:batch=0", "deepseek:ctx=4k", "deepseek:layers=2", "deepseek:8"):
+        with pytest.raises(BadInput, match="expected batch=N"):
+            make_workload(None, bad, None, 60.0)
