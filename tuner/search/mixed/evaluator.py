@@ -176,6 +176,7 @@ class MixedEvaluator:
                                                   f"{r.get('rule', '')}: {r.get('detail', '')}"[:500])))
             trial.measurements.setdefault("kernels", {})[name] = {
                 k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "speedup_min",
+                                         "speedup_vs_library", "library", "kind",
                                          "device", "timed_shapes", "seconds")}
             if not ok:
                 trial.reason = r["code"]
