@@ -10,7 +10,9 @@
 #   bash benchmarks/library_search_h200.sh OUT KIT      (KIT: the kit folder, .kits/flashmla)
 # env: DENSE (the V3 workload, default deepseek), SPARSE (default deepseek-v3.2:batch=8,32:ctx=131072),
 #      BUDGET_DENSE / BUDGET_SPARSE (trials, 7 / 5), END_S (stop starting stages after this many
-#      seconds, 520), BUILD=0 (the parts are already in $PEER_MLA_BUILD), PYTHON.
+#      seconds, 520), BUILD=0 (the parts are already in $PEER_MLA_BUILD), PYTHON, WHL (the
+#      wheels folder where python lacks pydantic/optuna: ../../.whl, the checkout root's, seen
+#      from .gpu/<name>).
 set -u
 PY=${PYTHON:-python3}
 out=${1:?OUT}; kit=${2:?KIT}
@@ -42,7 +44,14 @@ PY
 export METALTUNE_FLASHMLA_EXT
 # the judge's child builds its environment from an allow-list: name the library's variable
 export KERNELSEARCH_SANDBOX_PASS_ENV=METALTUNE_FLASHMLA_EXT KERNELSEARCH_SANDBOX_USER=none
-export PYTHONPATH="$(cd "$kit" && pwd)/third_party/FlashMLA"
+site=
+if ! "$PY" -c "import pydantic, optuna" 2>/dev/null; then  # the bare image: carried wheels
+  whl=${WHL:-../../.whl}
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$whl"/*.whl || { echo "[library_search] no wheels in $whl"; exit 1; }
+  site=/tmp/site:
+fi
+export PYTHONPATH="$site$(cd "$kit" && pwd)/third_party/FlashMLA"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 "$PY" -c "import json, sys; sys.path.insert(0, '.'); from kernelsearch import libraries; print(json.dumps(libraries.report()))" \
   | tee "$out/discovery.json"
