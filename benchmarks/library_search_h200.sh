@@ -51,9 +51,9 @@ if ! "$PY" -c "import pydantic, optuna" 2>/dev/null; then  # the bare image: car
     --target /tmp/site "$whl"/*.whl || { echo "[library_search] no wheels in $whl"; exit 1; }
   site=/tmp/site:
 fi
-export PYTHONPATH="$site$(cd "$kit" && pwd)/third_party/FlashMLA"
+export PYTHONPATH="$site$PWD:$(cd "$kit" && pwd)/third_party/FlashMLA"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-"$PY" -c "import json, sys; sys.path.insert(0, '.'); from kernelsearch import libraries; print(json.dumps(libraries.report()))" \
+"$PY" -c "import json; from kernelsearch import libraries; print(json.dumps(libraries.report()))" \
   | tee "$out/discovery.json"
 rc=0
 # V3.2 first: its batch-8 size is where a searched kernel beat the library in the kernel bench
@@ -66,6 +66,9 @@ for spec in "sparse ${SPARSE:-deepseek-v3.2:batch=8,32:ctx=131072} ${BUDGET_SPAR
   echo "[library_search] $tag: $wl, budget $budget, at most ${room}s, started at $(( $(date +%s) - t0 ))s"
   WORKLOAD=$wl RUNTIME=off MAX_CHOICES=3 ROUNDS=2 REPEATS=2 \
     timeout -k 5 "$room" bash benchmarks/search_mixed_h200.sh "$out/$tag" "$budget" || rc=1
+  # cut off at its cap: the trials stored so far (the table is written only at the end)
+  [ -s "$out/$tag/trials.json" ] || "$PY" -m tuner --state-dir "$out/$tag/state" trials --json \
+    > "$out/$tag/trials.json" 2>/dev/null
   echo "[library_search] $tag done at $(( $(date +%s) - t0 ))s"
 done
 # a few of the judge's records per trial, for the note (what it timed against the library)
