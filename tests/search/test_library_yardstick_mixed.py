@@ -92,3 +92,47 @@ def test_deepseek_workload_takes_its_size_grid():
     for bad in ("deepseek:batch=0", "deepseek:ctx=4k", "deepseek:layers=2", "deepseek:8"):
         with pytest.raises(BadInput, match="expected batch=N"):
             make_workload(None, bad, None, 60.0)
+
+
+@pytest.mark.parametrize("with_library", [True, False])
+def test_replay_measures_the_kept_table_against_library_only(tmp_path, with_library):
+    """bench_kept_table.py: plain / kept table / library only (the empty table) where a library
+    is found. A STAND-IN flash_mla package (tests/kernelsearch/test_libraries.py's) makes it
+    found on the CPU; dispatch runs torch there in its place (library kernels take CUDA
+    tensors), so this checks the replay's sides and ratios, not the library."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.kernelsearch.test_libraries import STANDIN_FLASH_MLA
+    from tests.simhelpers import REPO
+
+    pp = [str(REPO)]
+    if with_library:
+        (tmp_path / "lib" / "flash_mla").mkdir(parents=True)
+        (tmp_path / "lib" / "flash_mla" / "__init__.py").write_text(
+            textwrap.dedent(STANDIN_FLASH_MLA))
+        pp.append(str(tmp_path / "lib"))
+    table = tmp_path / "kept.json"
+    table.write_text(json.dumps({"entries": []}))
+    env = {k: v for k, v in os.environ.items() if k != "METALTUNE_FLASHMLA_EXT"}
+    env.update(PYTHONPATH=os.pathsep.join(pp), TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks/bench_kept_table.py"),
+                        "--workload", "deepseek-v3.2:batch=2:ctx=20", "--table", str(table),
+                        "--pairs", "1", "--repeats", "1", "--out", str(tmp_path / "out")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads((tmp_path / "out" / "replay.json").read_text())
+    size = "decode@ctx20,b2"
+    if with_library:
+        assert rep["libraries"] == ["flash_mla"]
+        assert set(rep["medians"]) >= {"plain", "kept table", "library only"}
+        assert rep["kept_vs_library_only"][size] == pytest.approx(
+            rep["medians"]["kept table"][size] / rep["medians"]["library only"][size])
+        assert rep["checks"]["library only"]["ok"] is True
+        assert "| kept / library only |" in r.stdout
+    else:
+        assert rep["libraries"] == [] and "library only" not in rep["medians"]
+        assert rep["kept_vs_library_only"] == {} and "kept / library only" not in r.stdout
+    assert rep["checks"]["kept table"]["ok"] is True
