@@ -47,6 +47,8 @@ def _attend(q, kv, mask, scale):  # q [H, 576], kv [N, 576], mask [N]
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, meta,
                            num_splits=None, softmax_scale=None, causal=False, **kw):
     _dense_aligned(q, k_cache, block_table, cache_seqlens)
+    if k_cache.shape[1] != 64:
+        raise RuntimeError("Currently page_block_size must be 64")
     B, S, H, D = q.shape
     page = k_cache.shape[1]
     out = []
@@ -58,6 +60,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, m
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, **kw):
     _dense_aligned(q, kv, indices)
+    if indices.shape[-1] % 128:  # an assertion in the real kernel: a SIGSEGV on the H200
+        raise RuntimeError("topk must be a multiple of 128")
     rows = kv.reshape(-1, kv.shape[-1])
     out = []
     for b in range(q.shape[0]):
