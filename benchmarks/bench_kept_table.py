@@ -1,14 +1,17 @@
 """Does a kept dispatch table reproduce, outside the search, the gain the search measured?
 
 The table a `metaltune search mixed` run wrote (STATE_DIR/kernels/mixed-<run>.json) is installed
-into a fresh workload process and A/B-measured against the plain path (no table: the torch ops),
-pairs in ABBA order, per size; beside it the search's own numbers (the baseline it measured
-first, and the kept trials' candidate medians) when its trials JSON is given.
+into a fresh workload process and A/B-measured against the plain path (no table: the torch ops)
+and, where a library is found, against an empty table (every call the best library kernel is
+offered for runs it: the all-library yardstick), rounds in ABC/CBA order, per size; beside it
+the search's own numbers (the baseline it measured first, and the kept trials' candidate
+medians) when its trials JSON is given.
 
     python3 benchmarks/bench_kept_table.py --workload deepseek --table T [--trials trials.json]
         [--pairs 2] [--repeats 3] [--out DIR]
 
-Workloads: llama, deepseek, deepseek-v3.2 (GPU presets on a GPU, tiny on the CPU), hf:<config>.
+Workloads: llama, deepseek[-v3.2][:batch=..][:ctx=..] (GPU presets on a GPU, tiny on the CPU),
+hf:<config>.
 Needs torch (and transformers for hf:); no pydantic: runs on the bare GPU machine."""
 from __future__ import annotations
 
@@ -21,6 +24,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+#: the side with an empty table where a library is found (the all-library table: dispatch's
+#: fallback runs the best library kernel at every call it is offered for)
+LIBRARY_ONLY = "library only"
 
 
 def make(workload: str):
@@ -89,15 +97,20 @@ def main() -> int:
     except ValueError as e:
         print(f"--runtime: {e}", file=sys.stderr)
         return 2
+    from kernelsearch import libraries
+
     sides = {"plain": None, "kept table": table}
+    found = [f.name for f in map(libraries.discover, libraries.LIBRARIES) if f.present]
+    if found:  # an empty table: dispatch runs the best library kernel wherever one is offered
+        sides[LIBRARY_ONLY] = DispatchTable([])
     samples: dict[str, list[dict[str, float]]] = {s: [] for s in sides}
     checks = {}
     t0 = time.time()
     for i in range(a.pairs):
-        for side in (("plain", "kept table") if i % 2 == 0 else ("kept table", "plain")):
+        for side in (list(sides) if i % 2 == 0 else list(sides)[::-1]):
             dispatch.install(sides[side])
             wl.dispatch_changed()
-            if side == "kept table" and wl.check_outputs:
+            if side != "plain" and wl.check_outputs and side not in checks:
                 checks[side] = wl.check()  # the workload's own output check against plain torch
             samples[side].append(per_size(wl, a.repeats))
     sizes = list(samples["plain"][0])
@@ -113,16 +126,22 @@ def main() -> int:
         print(f"| {name} | " + " | ".join(f"{vals[k]:.0f}" if k in vals else "-" for k in sizes) + " |")
     gain = {k: med["kept table"][k] / med["plain"][k] for k in sizes}
     print("| gain here (kept / plain) | " + " | ".join(f"{gain[k]:.2f}x" for k in sizes) + " |")
+    vs_lib = {}
+    if LIBRARY_ONLY in med:
+        vs_lib = {k: med["kept table"][k] / med[LIBRARY_ONLY][k] for k in sizes}
+        print("| kept / library only | " + " | ".join(f"{vs_lib[k]:.3f}x" for k in sizes) + " |")
     if a.trials and rows.get("search kept") and rows.get("search baseline"):
         sg = {k: rows["search kept"][k] / rows["search baseline"][k] for k in sizes
               if k in rows["search kept"] and k in rows["search baseline"]}
         print("| gain in the search | " + " | ".join(f"{sg[k]:.2f}x" if k in sg else "-" for k in sizes) + " |")
-    print("output check:", json.dumps(checks.get("kept table"), default=str))
+    print("output check:", json.dumps(checks, default=str))
+    print("libraries found:", ", ".join(found) or "none")
     if a.out:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "replay.json").write_text(json.dumps(
             {"workload": a.workload, "table": a.table, "samples": samples, "medians": rows,
-             "gain": gain, "check": checks.get("kept table")}, indent=1, default=str))
+             "gain": gain, "kept_vs_library_only": vs_lib, "libraries": found,
+             "check": checks.get("kept table"), "checks": checks}, indent=1, default=str))
     return 0
 
 

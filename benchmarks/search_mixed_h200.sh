@@ -10,23 +10,23 @@
 #      the tables shipped for this GPU | none | a path), PROPOSER (coordinate), MAX_CHOICES (3),
 #      ROUNDS (2), REPEATS (2), USER_CTX (hf: the user script's contexts, 4096,32768), PYTHON.
 # Needs pydantic/optuna/typer wheels in .whl (device/README.md says how) when the machine's
-# python lacks them.
+# python lacks them. A PYTHONPATH set by the caller (a library's Python package) is kept.
 set -uo pipefail
 PY=${PYTHON:-python3}
 out=${1:?OUT}; budget=${2:-5}
 wl=${WORKLOAD:-deepseek}
 if ! "$PY" -c "import pydantic, optuna, typer" 2>/dev/null && [ -d .whl ]; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 else
-  export PYTHONPATH=$PWD
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 # the working tree may sit where an unprivileged sandbox user cannot read it
 export KERNELSEARCH_SANDBOX_USER=${KERNELSEARCH_SANDBOX_USER:-none}
 export PYTHONUNBUFFERED=1
 case "$wl" in
-  deepseek) fams=${FAMILY:-mla_decode} ;;
-  deepseek-v3.2) fams=${FAMILY:-mla_sparse_decode} ;;
+  deepseek|deepseek:*) fams=${FAMILY:-mla_decode} ;;
+  deepseek-v3.2|deepseek-v3.2:*) fams=${FAMILY:-mla_sparse_decode} ;;
   *) fams=${FAMILY:-} ;;
 esac
 fam_args=(); for f in $fams; do fam_args+=(--family "$f"); done
@@ -63,6 +63,23 @@ try:
               "|", "-" if t.get("gain") is None else f"{t['gain']:+.3f}", "|", sizes or "-", "|")
 except Exception as e:
     print("trials:", e)
+# what the kept table runs at each slot, in dispatch's order: its entry, else the best library
+# kernel offered there (a "torch" slot runs that library kernel where one is found), else torch
+try:
+    from kernelsearch.families import get
+    from kernelsearch.table import DispatchTable
+    t = DispatchTable.load(res["table"])
+    print("| slot | kept label | runs (table / library / torch) |")
+    print("|---|---|---|")
+    for name in res.get("slots") or []:
+        fam, bucket = name.split(".", 2)[1:]
+        dtype, shape = bucket.split(":")
+        f = get(fam)
+        how, e, v = t.choose(fam, dtype, f.dims_dict(tuple(int(x) for x in shape.split("x"))))
+        cfg = json.dumps(e.config, sort_keys=True) if e is not None else ""
+        print("|", name, "|", (res["kept"]["kernels"].get(name) or "torch")[:60], "|", how, v or "", cfg, "|")
+except Exception as e:
+    print("slots:", type(e).__name__, e)
 PY
 table=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["table"])' "$out/search-mixed.json" 2>/dev/null)
 kept_rt=$("$PY" -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["kept"]["runtime"]))' "$out/search-mixed.json" 2>/dev/null)

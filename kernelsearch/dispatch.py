@@ -235,7 +235,7 @@ def _key(family: str, args) -> tuple:
                              if isinstance(a, torch.Tensor) else None for a in args)
 
 
-def _resolve(family: str, args) -> Optional[tuple[Callable, Any, list]]:
+def _resolve(family: str, args) -> Optional[tuple[Callable, Any, Optional[list]]]:
     """(the kernel with its config bound, its table entry, its canary state), or None: torch."""
     key = _key(family, args)
     try:
@@ -247,7 +247,7 @@ def _resolve(family: str, args) -> Optional[tuple[Callable, Any, list]]:
     return hit
 
 
-def _lookup(family: str, args) -> Optional[tuple[Callable, Any, list]]:
+def _lookup(family: str, args) -> Optional[tuple[Callable, Any, Optional[list]]]:
     from kernelsearch.families import get
     from kernelsearch.families.base import dtype_name
 
@@ -267,8 +267,8 @@ def _lookup(family: str, args) -> Optional[tuple[Callable, Any, list]]:
     how, e, variant = _table.choose(family, dtype, fam.dims_dict(shape))
     if how == "library" and not args[0].is_cuda:
         return None
-    if e is None:
-        return None if variant is None else _forward(family, variant)
+    if e is None:  # the library fallback: no entry, so nothing for the canary to remove
+        return None if variant is None else (_forward(family, variant), None, None)
     sha = source_digest(e.variant)
     if sha is not None:  # a stored source: only if install loaded and verified it
         fwd = _sources.get(sha)
@@ -298,7 +298,7 @@ def call(family: str, *args: Any) -> Any:
 
     ensure_scratch_allocator()  # device-built TMA descriptors need triton scratch memory
     out = fn(*args)
-    if _canary is not None and _canary.due(key):
+    if _canary is not None and key is not None and _canary.due(key):
         from kernelsearch.families import get
 
         fam = get(family)

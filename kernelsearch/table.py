@@ -196,6 +196,10 @@ class DispatchTable:
 # installed library kernel offered at its shape, the family's torch op
 FALLBACK = ("table", "library", "torch")
 
+#: a searched kernel must beat the best library kernel at its shape by more than this to get
+#: an entry (plan) or, in a mixed search, to be measured end to end at all (behind_library)
+LIBRARY_MARGIN = 0.02
+
 
 def _shape(fam: Any, dims: dict[str, int]) -> Optional[tuple]:
     return tuple(dims[k] for k in fam.shape_dims) if all(k in dims for k in fam.shape_dims) \
@@ -278,7 +282,8 @@ def certify(entries: list[Entry], evidence: Evidence) -> list[Entry]:
     return entries
 
 
-def build(family_name: str, results: list[dict], margin: float = 0.02, device: str = "",
+def build(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
+          device: str = "",
           checked: Any = None) -> list[Entry]:
     """`plan`, then `certify`: every entry's largest point must be among the shapes checked for
     its (variant, config, dtype): `checked` records (see `evidence_of`) and each result's own
@@ -292,7 +297,7 @@ def build(family_name: str, results: list[dict], margin: float = 0.02, device: s
     return certify(plan(family_name, results, margin, device), ev)
 
 
-def plan(family_name: str, results: list[dict], margin: float = 0.02,
+def plan(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
          device: str = "") -> list[Entry]:
     """Entries from per-shape search results, not yet certified (see `build`). Each result: {"shape", "dtype", "variant",
     "config", "time_s", "baseline_s"} (baseline: the faster torch path), and where a library
@@ -349,6 +354,22 @@ def plan(family_name: str, results: list[dict], margin: float = 0.02,
                                  dict(r["config"]), r["baseline_s"] / r["time_s"], [meas],
                                  lib_x))
     return entries
+
+
+def behind_library(verdict: dict, margin: float = LIBRARY_MARGIN) -> Optional[str]:
+    """Why an accepted choice of a searched (non-library) variant cannot be worth a table
+    entry: the judge timed the best library kernel at its shape (`speedup_vs_library`, the
+    library's time / this kernel's, the library's layout conversion counted) and this kernel
+    was not more than `margin` faster. None: no library was timed there, the choice is a
+    library kernel itself, or it is faster. Where no entry covers a call dispatch runs that
+    library kernel, so such an entry could only tie or lose to it."""
+    x = verdict.get("speedup_vs_library")
+    if verdict.get("kind") == "library" or not x:
+        return None
+    if x > 1.0 + margin:
+        return None
+    return (f"x{x:.2f} against {verdict.get('library') or 'the best library kernel'} at this "
+            f"shape (needs more than x{1.0 + margin:.2f}): the library kernel runs here instead")
 
 
 def _with_library(r: dict, margin: float) -> dict:

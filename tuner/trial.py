@@ -35,6 +35,7 @@ REASONS: dict[str, str] = {
     "model_timeout": "the model process gave no answer in time; its process tree was killed",
     "model_refused": "the model process could not be started confined (no sandbox user, an install it cannot read)",
     "workload_broken": "the candidate's run left the device unusable; the search stopped",
+    "slower_than_library": "the judge timed the best installed library kernel at the slot's shape no slower than this kernel (kernelsearch.table.LIBRARY_MARGIN): dispatch runs the library there, so the choice is not measured end to end",
     "not_installable": "a kernel from source passed the judge in a mixed search, whose slots take shipped variants and stored sources (`metaltune search kernel --proposer llm` stores and installs sources)",
     # rolled back after apply
     "instability_xid": "an Xid event during probation",

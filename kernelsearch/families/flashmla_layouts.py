@@ -4,7 +4,12 @@ cache [blocks, page, 576], block_table [B, max_blocks] int32, seq_lens [B] int32
 converted inputs and report the conversion on its own.
 
 - `dense`: the block-table layout of flash_mla_with_kvcache (q [B, 1, H, 576], cache [blocks,
-  page, 1, 576], block_table and cache_seqlens int32). Views only: free.
+  page, 1, 576], block_table and cache_seqlens int32). Views only: free, for the dense,
+  16-byte-aligned tensors an engine allocates.
+- `aligned`: FlashMLA's TMA descriptors and vector loads need dense, 16-byte-aligned inputs (on
+  the H200 an unaligned or row-strided view faults: "TMA Desc Addr" / misaligned address, a
+  SIGSEGV that takes the process down). A view that is not gets copied into a fresh tensor;
+  one that is passes through untouched, so the timed calls never copy.
 - `physical_rows`: the sparse kernels' indices, physical cache rows block * page + offset
   ([B, 1, topk] int32, -1 where a slot is unused or past the length). One small gather.
 - `fp8_rows` / `fp8_cache`: DeepSeek-V3.2's FP8 cache row of 656 bytes (512 float8_e4m3 values
@@ -19,7 +24,22 @@ D_NOPE, D_ROPE, FP8_ROW = 512, 64, 656
 E4M3_MAX = 448.0
 
 
+ALIGN = 16  # bytes: a TMA descriptor's global address and strides
+
+
+def aligned(t: Any) -> Any:
+    """t itself when dense and 16-byte aligned, else a fresh dense copy (the caching allocator's
+    blocks are 512-byte aligned)."""
+    if t.is_contiguous() and t.data_ptr() % ALIGN == 0:
+        return t
+    import torch
+
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def dense(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any) -> tuple:
+    q, kv_cache, block_table, seq_lens = (aligned(t) for t in (q, kv_cache, block_table,
+                                                                 seq_lens))
     B, H, D = q.shape
     return (q.view(B, 1, H, D), kv_cache.view(kv_cache.shape[0], kv_cache.shape[1], 1, D),
             block_table, seq_lens)

@@ -7,7 +7,7 @@ import math
 import os
 import random
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -386,12 +386,15 @@ STRESS_CPU_S = 1.0  # interpreter seconds the repeated-call stage may take (a ca
 
 
 def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: random.Random,
-           calls: Optional[int] = None, log: Optional[list] = None) -> int:
-    """The candidate called many times in a row at the cheap shape, as a serving loop does
+           calls: Optional[int] = None, log: Optional[list] = None,
+           fit: Optional[Callable] = None) -> int:
+    """The candidate called many times in a row at the cheap shape (made one it takes by
+    `fit`: a library kernel's page size, heads, top-k), as a serving loop does
     (thousands on a GPU; as many as STRESS_CPU_S allows on the interpreter), on the same
     tensors, with a dozen calls at random indices (and the last) checked on fresh values:
     a kernel that behaves for its first N calls fails `repeated_calls`. Returns the count."""
     shape = tuple(family.cheap or family.tiny_shapes[0])
+    shape = tuple(fit(shape)) if fit is not None else shape
     dtype = dtypes[0]
     draws = Draws(family, rng)
     dist = "normal"
@@ -433,7 +436,7 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
 
 def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], device: str,
           seeds: int = 2, log: Optional[list] = None, boundary: Optional[list] = None,
-          stress_calls: Optional[int] = None) -> list[str]:
+          stress_calls: Optional[int] = None, fit: Optional[Callable] = None) -> list[str]:
     """Every check; returns the list of passed checks (raises Rejected on the first failure).
     `boundary` shapes (Family.boundary_shapes) get one call per dtype each, with every check
     a single output allows; `shapes` get `seeds` draws with the repeat, in-place rewrite and
@@ -448,7 +451,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
     stress_at = rng.randint(0, len(plan)) if stress_calls != 0 else -1
     for k in range(len(plan) + 1):
         if k == stress_at:
-            stress(runner, family, dtypes, device, rng, stress_calls, log)
+            stress(runner, family, dtypes, device, rng, stress_calls, log, fit=fit)
         if k == len(plan):
             break
         shape, dtype = plan[k]

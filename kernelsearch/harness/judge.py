@@ -185,7 +185,8 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     try:
         runner = correctness.Runner(source, config, library=lib is not None)
         correctness.check(runner, family, shapes, dtypes, device, seeds=seeds, log=checks,
-                          boundary=edge, stress_calls=stress_calls)
+                          boundary=edge, stress_calls=stress_calls,
+                          fit=lib.fit if lib is not None else None)
         if timing:
             stage = "timing"
             for shape in timed:

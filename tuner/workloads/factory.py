@@ -78,16 +78,26 @@ def _llama(spec: Spec) -> Any:
 
 
 def _deepseek(spec: Spec) -> Any:
+    """`deepseek[-v3.2][:batch=B[,B..]][:ctx=C[,C..]]`: the size grid's decode batches and
+    contexts (default: the workload's own grid)."""
     import torch
 
     from tuner.workloads.deepseek import DeepSeekConfig, DeepSeekWorkload
 
+    grid: dict[str, list[int]] = {}
+    for part in spec.args.split(":") if spec.args else []:
+        key, eq, value = part.partition("=")
+        nums = value.split(",")
+        if not (eq and key in ("batch", "ctx") and all(n.isdigit() and int(n) > 0 for n in nums)):
+            raise BadInput(f"--workload {spec.text}: expected batch=N[,N..] or ctx=N[,N..] "
+                           f"(positive integers), got {part!r}")
+        grid["decode_batches" if key == "batch" else "contexts"] = [int(n) for n in nums]
     # the real three layers on a GPU, the tiny preset on the CPU (interpreter kernels)
     big = torch.cuda.is_available()
     preset = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
               ("deepseek-v3.2", True): "deepseek-v3.2-3l",
               ("deepseek-v3.2", False): "tiny-v3.2"}[(spec.name, big)]
-    return DeepSeekWorkload(DeepSeekConfig.preset(preset))
+    return DeepSeekWorkload(DeepSeekConfig.preset(preset), **grid)
 
 
 def _hf(spec: Spec) -> Any:
@@ -141,8 +151,8 @@ def _tensor_parallel(spec: Spec) -> Any:
 
 
 register("llama", _llama)
-register("deepseek", _deepseek)
-register("deepseek-v3.2", _deepseek)
+register("deepseek", _deepseek, "deepseek[:batch=N,..][:ctx=N,..]", takes_args=True)
+register("deepseek-v3.2", _deepseek, "deepseek-v3.2[:batch=N,..][:ctx=N,..]", takes_args=True)
 register("hf", _hf, "hf:<config>[:layers=N]", takes_args=True)
 register("llama-tp", _tensor_parallel, "llama-tp[:PRESET][:tp=N]", takes_args=True)
 register("cmd", _command, "cmd:<command line>", takes_args=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from kernelsearch.table import behind_library
 from tuner.errors import WorkloadFailed, WorkloadHang
 from tuner.search import gates as G
 from tuner.search import keep
@@ -192,9 +193,16 @@ class MixedEvaluator:
                                                   f"{r.get('rule', '')}: {r.get('detail', '')}"[:500])))
             trial.measurements.setdefault("kernels", {})[name] = {
                 k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "speedup_min",
+                                         "speedup_vs_library", "library", "kind",
                                          "device", "timed_shapes", "seconds")}
             if not ok:
                 trial.reason = r["code"]
+                return None
+            behind = behind_library(r)  # the library runs where no entry covers the call
+            if behind is not None:
+                trial.reason = "slower_than_library"
+                trial.gates.append(GateResult(gate="library", passed=False, code=trial.reason,
+                                              detail=f"{name} {k.variant}: {behind}"))
                 return None
             if k.source:  # accepted, but not for any slot: slots take stored sources
                 trial.reason = "not_installable"
