@@ -14,7 +14,7 @@ import torch
 from kernelsearch.families import get, mla
 
 DENSE = get("mla_decode")
-FILE = DENSE.variants["splitkv"].file.parent / "gluon_wgmma.py"
+FILE = DENSE.variants["gluon_wgmma"].file
 
 
 COMPILE = r"""
@@ -67,7 +67,7 @@ out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_asyn
             "cp_async": ptx.count("cp.async"), "shared": ck.metadata.shared})
 print("RESULT " + json.dumps(out))
 """
-SPARSE_FILE = get("mla_sparse_decode").variants["rows"].file.parent / "gluon_wgmma.py"
+SPARSE_FILE = get("mla_sparse_decode").variants["gluon_wgmma"].file
 
 
 def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
@@ -79,6 +79,10 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
     import sys
 
     pytest.importorskip("triton.experimental.gluon")
+    from kernelsearch.families import gluon
+
+    if gluon._names_missing():  # the files are written against Triton 3.6's Gluon names
+        pytest.skip(f"this Triton lacks {gluon._names_missing()}")
     cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs),
@@ -130,3 +134,117 @@ def test_sparse_gluon_kernel_matches_the_reference(shape, monkeypatch):
     ref = fam.reference(*args)
     for cfg in (dict(BLOCK_N=64, STAGES=2, GRID=132), dict(BLOCK_N=32, STAGES=4, GRID=264)):
         compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, f"gluon sparse {shape} {cfg}")
+
+
+# ---- the Gluon variants as registered variants (kernelsearch.families.gluon) ----------------
+GLUON_VARIANTS = [(f, n) for f in ("mla_decode", "mla_sparse_decode")
+                  for n, v in get(f).variants.items() if v.gpu_only]
+
+
+def test_each_family_registers_its_gluon_variant_gpu_only():
+    assert ("mla_decode", "gluon_wgmma") in GLUON_VARIANTS
+    assert ("mla_sparse_decode", "gluon_wgmma") in GLUON_VARIANTS
+    for f, n in GLUON_VARIANTS:
+        v = get(f).variants[n]
+        assert v.kind == "triton" and v.file.exists() and "@gluon.jit" in v.file.read_text()
+
+
+@pytest.mark.parametrize("family,name", GLUON_VARIANTS)
+def test_guard_accepts_each_registered_gluon_file(family, name):
+    from kernelsearch.harness.guard import check_source
+
+    assert check_source(get(family).variants[name].file.read_text()) == []
+
+
+@pytest.mark.parametrize("rule", ["jit_body", "shim"])
+def test_guard_still_refuses_a_gluon_file_with_a_forbidden_name(rule):
+    from kernelsearch.harness.guard import check_source
+
+    src = FILE.read_text()
+    assert "gl.thread_barrier()" in src
+    if rule == "jit_body":  # a name Gluon's API does not list (arbitrary PTX) in the kernel
+        bad = src.replace("gl.thread_barrier()", "gl.inline_asm_elementwise('bar.sync 0;', "
+                          "'=r', [], gl.int32, True, 1)", 1)
+    else:  # the Triton 3.6/3.9 name shim the files used to carry (reflection at module level)
+        bad = src.replace("\n@gluon.jit", "\n_barrier = getattr(gl, 'thread_barrier', None) "
+                          "or gl.barrier\n\n\n@gluon.jit", 1)
+        bad = bad.replace("gl.thread_barrier()", "_barrier()")
+    got = check_source(bad)
+    assert got, rule
+    if rule == "jit_body":
+        assert any(v.rule == "jit_body" and "inline_asm_elementwise" in v.message for v in got)
+    else:
+        assert {"module_state", "jit_body"} <= {v.rule for v in got}
+
+
+def _offer(monkeypatch, gpu: str, missing: tuple = ()):
+    from kernelsearch.families import gluon
+
+    monkeypatch.setattr(gluon, "_gpu", lambda: gpu)
+    monkeypatch.setattr(gluon, "_names_missing", lambda: missing)
+
+
+@pytest.mark.parametrize("family,name", GLUON_VARIANTS)
+def test_gluon_variant_is_not_offered_without_a_hopper_gpu_or_under_the_interpreter(
+        family, name, monkeypatch):
+    from kernelsearch.families import gluon
+
+    fam = get(family)
+    shape = fam.search_shapes[0]
+    # as this CPU machine is (the suite runs under TRITON_INTERPRET=1, no GPU)
+    assert not gluon.available() and gluon.why_not()
+    assert all(v != name for v, _ in fam.space(shape))
+    # a Hopper GPU with the right Triton, but the interpreter: still not offered
+    _offer(monkeypatch, "")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "TRITON_INTERPRET" in gluon.why_not()
+    assert all(v != name for v, _ in fam.space(shape))
+    # another GPU, or a Triton without 3.6's Gluon names: not offered, and why
+    monkeypatch.delenv("TRITON_INTERPRET")
+    _offer(monkeypatch, "GPU is sm_80, not sm_90")
+    assert gluon.why_not() == "GPU is sm_80, not sm_90"
+    assert all(v != name for v, _ in fam.space(shape))
+    _offer(monkeypatch, "", ("triton.experimental.gluon.language.thread_barrier",))
+    assert "thread_barrier" in gluon.why_not()
+    assert all(v != name for v, _ in fam.space(shape))
+    # all of it there: offered like any variant, with its whole valid grid
+    _offer(monkeypatch, "")
+    assert gluon.available()
+    got = [c for v, c in fam.space(shape) if v == name]
+    var = fam.variants[name]
+    assert got and len(got) == len([c for c in var.configs() if var.tile_valid(c, shape)])
+    # its tile rule: the ring and q in 227 KiB of shared memory
+    assert not var.valid(dict(BLOCK_N=64, GRID=132, STAGES=3, PIPE=1), shape)
+
+
+def test_search_space_offers_the_gluon_variant_only_where_it_runs(monkeypatch):
+    from tuner.search.kernel import kernel_space
+
+    shape = DENSE.search_shapes[0]
+    names = next(d.values for d in kernel_space("mla_decode", shape).dims
+                 if d.name == "variant")
+    assert "gluon_wgmma" not in names and "tma" in names  # this CPU: not a choice
+    _offer(monkeypatch, "")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    space = kernel_space("mla_decode", shape)
+    assert "gluon_wgmma" in next(d.values for d in space.dims if d.name == "variant")
+    pt = {d.name: d.values[0] for d in space.dims}
+    pt.update(variant="gluon_wgmma", BLOCK_N=64, GRID=132, STAGES=2, PIPE=1)
+    assert space.valid(pt)
+    assert not space.valid(dict(pt, STAGES=3))  # its own tile rule still applies
+
+
+def test_table_runs_a_gluon_entry_only_where_it_is_offered(monkeypatch):
+    from kernelsearch.table import DispatchTable, Entry
+
+    cfg = dict(BLOCK_N=64, GRID=132, STAGES=2, PIPE=1)
+    e = Entry(family="mla_decode", dtype="bfloat16", match={"H": 128, "P": 64},
+              ranges={"B": [1, 128], "L": [1, 163840]}, variant="gluon_wgmma", config=cfg)
+    t = DispatchTable(entries=[e])
+    dims = {"B": 64, "H": 128, "L": 4096, "P": 64, "R": 1}
+    how, entry, _ = t.choose("mla_decode", "bfloat16", dims)
+    assert how in ("library", "torch") and entry is None  # this CPU: the fallback runs
+    _offer(monkeypatch, "")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    how, entry, var = t.choose("mla_decode", "bfloat16", dims)
+    assert (how, var) == ("table", "gluon_wgmma") and entry is e
