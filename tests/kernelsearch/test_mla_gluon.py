@@ -213,8 +213,8 @@ def test_gluon_variant_is_not_offered_without_a_hopper_gpu_or_under_the_interpre
     got = [c for v, c in fam.space(shape) if v == name]
     var = fam.variants[name]
     assert got and len(got) == len([c for c in var.configs() if var.tile_valid(c, shape)])
-    # its tile rule: the ring and q in 227 KiB of shared memory
-    assert not var.valid(dict(BLOCK_N=64, GRID=132, STAGES=3, PIPE=1), shape)
+    if name == "gluon_wgmma":  # its tile rule: the ring and q in 227 KiB of shared memory
+        assert not var.valid(dict(BLOCK_N=64, GRID=132, STAGES=3, PIPE=1), shape)
 
 
 def test_search_space_offers_the_gluon_variant_only_where_it_runs(monkeypatch):

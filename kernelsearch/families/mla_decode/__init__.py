@@ -118,3 +118,7 @@ def gluon_valid(cfg: dict, shape) -> bool:
 
 FAMILY.variants["gluon_wgmma"] = _gluon.variant("gluon_wgmma", Path(__file__).parent,
                                                 GLUON_DIMS, gluon_valid)
+# the warp-specialized ping-pong kernel: its tile is fixed (64 heads x 64 tokens, two stages)
+FAMILY.variants["gluon_pingpong"] = _gluon.variant(
+    "gluon_pingpong", Path(__file__).parent, {"GRID": [132, 264, 528, 1056], "STAGES": [2]},
+    lambda cfg, shape: True)
