@@ -65,8 +65,30 @@ ck = triton.compile(gluon._runtime.GluonASTSource(smod._sparse_gluon_partial, si
 ptx = ck.asm["ptx"]
 out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
             "cp_async": ptx.count("cp.async"), "shared": ck.metadata.shared})
+# the warp-specialized ping-pong kernel (gluon_pingpong.py): TMA tiles, mbarriers, setmaxnreg
+spec = importlib.util.spec_from_file_location("ks_mla_pingpong", sys.argv[4])
+pmod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pmod)
+lay = gluon.language.NVMMASharedLayout.get_default_for([64, 64], gluon.language.bfloat16)
+psig = {"Q": "*bf16", "kv_desc": f"tensordesc<bf16[64, 64],{lay}>", "BT": "*i32",
+        "SL": "*i32", "O": "*bf16", "Op": "*fp32", "Lp": "*fp32"}
+psig.update({k: "i32" for k in ("H", "n_splits", "split_len")})
+psig["qk_scale"] = "fp32"
+psig.update({k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")})
+psig.update({k: "constexpr" for k in ("PAGE", "STAGES", "ONE", "num_warps")})
+pattrs = {(i,): [["tt.divisibility", 16]] for i in [0, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15]}
+for one in (False, True):
+    ck = triton.compile(gluon._runtime.GluonASTSource(
+        pmod._mla_pingpong, signature=psig, attrs=pattrs,
+        constexprs={"PAGE": 64, "STAGES": 2, "ONE": one, "num_warps": 4}),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+    ptx = ck.asm["ptx"]
+    out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
+                "cp_async": ptx.count("cp.async.bulk.tensor"), "shared": ck.metadata.shared,
+                "setmaxnreg": ptx.count("setmaxnreg"), "mbarrier": ptx.count("mbarrier.")})
 print("RESULT " + json.dumps(out))
 """
+PINGPONG_FILE = DENSE.variants["gluon_pingpong"].file
 SPARSE_FILE = get("mla_sparse_decode").variants["gluon_wgmma"].file
 
 
@@ -86,16 +108,18 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
     cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs),
-                        str(SPARSE_FILE)],
+                        str(SPARSE_FILE), str(PINGPONG_FILE)],
                        capture_output=True, text=True, env=env, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
     results = json.loads(line[0][7:])
-    assert len(results) == len(cfgs) + 1
-    for cfg, res in zip(cfgs + ["sparse"], results):
+    assert len(results) == len(cfgs) + 3
+    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one"], results):
         assert res["sm90a"], cfg
         assert res["wgmma"] > 0 and res["cp_async"] > 0, (cfg, res)
         assert res["shared"] <= 227 * 1024, (cfg, res)  # the ring fits an SM's shared memory
+    for res in results[-2:]:  # partitions with their own register budgets, mbarrier protocol
+        assert res["setmaxnreg"] > 0 and res["mbarrier"] > 0, res
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
@@ -248,3 +272,33 @@ def test_table_runs_a_gluon_entry_only_where_it_is_offered(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     how, entry, var = t.choose("mla_decode", "bfloat16", dims)
     assert (how, var) == ("table", "gluon_wgmma") and entry is e
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability()[0] != 9, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("shape,grid", [((7, 128, 5000, 64, 1), 132), ((7, 128, 5000, 64, 1), 1056),
+                                        ((3, 128, 2049, 16, 1), 264), ((2, 128, 4096, 128, 1), 264),
+                                        ((1, 16, 1000, 64, 1), 132), ((4, 128, 300, 64, 0), 4)])
+def test_pingpong_kernel_matches_the_reference(shape, grid, monkeypatch):
+    """TMA pages (64, 128: NaN in every unread row, two empty sequences with garbage table
+    slots), the cp.async fallback (page 16), 16 heads, one split (the direct-output path)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    from kernelsearch.harness.correctness import compare
+
+    spec = importlib.util.spec_from_file_location("ks_mla_pingpong", PINGPONG_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = DENSE.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(5))
+    q, kv, bt, sl, sc = args
+    flat = kv.view(-1, mla.D_QK)
+    flat[(flat == mla.POISON).all(dim=1)] = float("nan")
+    if shape[0] == 7:
+        sl[1] = 0
+        sl[4] = 0
+        bt[1] = 2147480000
+        bt[4, 1:] = 2147480000
+    ref = DENSE.reference(*args)
+    got = mod.forward(*args, GRID=grid)
+    compare(got, ref, "bfloat16", DENSE, f"gluon_pingpong {shape} GRID={grid}")
+    if shape[0] == 7:
+        assert torch.equal(got[1], torch.zeros_like(got[1]))
