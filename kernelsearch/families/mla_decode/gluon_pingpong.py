@@ -24,6 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 TILE = gl.constexpr(64)  # tokens a tile, heads a program, columns a TMA block
+T = 64  # TILE for host code (a plain int)
 NBLK = gl.constexpr(9)  # 576 / 64 column blocks: 0-7 the latent (V), 8 the rope part
 
 
@@ -357,11 +358,13 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, GRID: int = 264, STAGE
     B, H = q.shape[0], q.shape[1]
     page = kv_cache.shape[1]
     # TMA reads a tile as one piece of one page from 16-byte aligned rows; else cp.async
-    tma_ok = page % TILE == 0 and kv_cache.data_ptr() % 16 == 0
+    tma_ok = page % T == 0 and kv_cache.data_ptr() % 16 == 0
     cap = block_table.shape[1] * page
-    hb = (H + TILE - 1) // TILE
-    tiles = (cap + TILE - 1) // TILE
-    want = max(1, min((GRID + B * hb - 1) // (B * hb), tiles))
+    hb = (H + T - 1) // T
+    tiles = (cap + T - 1) // T
+    # one program an SM (223 KB of shared memory): at most GRID programs, so GRID = k x 132
+    # fills k waves with no nearly empty last one
+    want = max(1, min(GRID // (B * hb), tiles))
     per = (tiles + want - 1) // want
     n_splits = (tiles + per - 1) // per
     out = torch.empty((B, H, 512), dtype=q.dtype, device=q.device)
@@ -369,20 +372,19 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, GRID: int = 264, STAGE
     rows = 1 if one else B * H * n_splits
     op = torch.empty((rows * 512,), dtype=torch.float32, device=q.device)
     lp = torch.empty((rows,), dtype=torch.float32, device=q.device)
-    layout = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
-    kv_desc = TensorDescriptor.from_tensor(kv_cache.view(-1, 576), [TILE, TILE], layout)
+    layout = gl.NVMMASharedLayout.get_default_for([T, T], gl.bfloat16)
     if tma_ok:
-        kv_desc = TensorDescriptor.from_tensor(kv_cache.view(-1, 576), [TILE, TILE], layout)
+        kv_desc = TensorDescriptor.from_tensor(kv_cache.view(-1, 576), [T, T], layout)
         _mla_pingpong[(hb, n_splits, B)](
-            q, kv_desc, block_table, seq_lens, out, op, lp, H, n_splits, per * TILE,
+            q, kv_desc, block_table, seq_lens, out, op, lp, H, n_splits, per * T,
             scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
             out.stride(0), out.stride(1), PAGE=page, STAGES=STAGES, ONE=one, num_warps=4,
             maxnreg=REGS)
     else:
         _mla_paged_partial[(hb, n_splits, B)](
-            q, kv_cache, block_table, seq_lens, out, op, lp, H, n_splits, per * TILE,
+            q, kv_cache, block_table, seq_lens, out, op, lp, H, n_splits, per * T,
             scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
-            out.stride(0), out.stride(1), PAGE=page, BLOCK_H=TILE, BLOCK_N=TILE, STAGES=2,
+            out.stride(0), out.stride(1), PAGE=page, BLOCK_H=T, BLOCK_N=T, STAGES=2,
             ONE=one, num_warps=8)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
