@@ -302,3 +302,30 @@ def test_pingpong_kernel_matches_the_reference(shape, grid, monkeypatch):
     compare(got, ref, "bfloat16", DENSE, f"gluon_pingpong {shape} GRID={grid}")
     if shape[0] == 7:
         assert torch.equal(got[1], torch.zeros_like(got[1]))
+
+
+def test_kernel_families_says_where_the_gluon_variants_are_not_offered(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1",
+               KERNELSEARCH_SANDBOX_USER="none")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tuner", "--state-dir", str(tmp_path),
+                               "kernel", "families", *args], capture_output=True, text=True,
+                              cwd=root, env=env, timeout=300)
+
+    p = cli("--json")
+    assert p.returncode == 0, p.stderr
+    fams = {f["family"]: f for f in json.loads(p.stdout)["families"]}
+    assert fams["mla_decode"]["gpu_only_variants"] == {
+        "gluon_wgmma": "TRITON_INTERPRET=1 (Gluon has no interpreter path)",
+        "gluon_pingpong": "TRITON_INTERPRET=1 (Gluon has no interpreter path)"}
+    assert fams["softmax"]["gpu_only_variants"] == {}
+    line = next(x for x in cli().stdout.splitlines() if x.startswith("mla_decode "))
+    assert "gluon_pingpong (gluon, sm_90 only: TRITON_INTERPRET=1" in line
