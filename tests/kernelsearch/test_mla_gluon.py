@@ -75,12 +75,12 @@ psig = {"Q": "*bf16", "kv_desc": f"tensordesc<bf16[64, 64],{lay}>", "BT": "*i32"
 psig.update({k: "i32" for k in ("H", "n_splits", "split_len")})
 psig["qk_scale"] = "fp32"
 psig.update({k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")})
-psig.update({k: "constexpr" for k in ("PAGE", "STAGES", "ONE", "num_warps")})
+psig.update({k: "constexpr" for k in ("PAGE", "STAGES", "ONE", "PROBE", "num_warps")})
 pattrs = {(i,): [["tt.divisibility", 16]] for i in [0, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15]}
 for one in (False, True):
     ck = triton.compile(gluon._runtime.GluonASTSource(
         pmod._mla_pingpong, signature=psig, attrs=pattrs,
-        constexprs={"PAGE": 64, "STAGES": 2, "ONE": one, "num_warps": 4}),
+        constexprs={"PAGE": 64, "STAGES": 2, "ONE": one, "PROBE": 0, "num_warps": 4}),
         target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
     ptx = ck.asm["ptx"]
     out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),

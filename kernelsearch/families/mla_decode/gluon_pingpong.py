@@ -137,7 +137,8 @@ def _default(q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, h
 @gluon.jit
 def _second(kv_desc, bt, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O,
             Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
-            PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr):
+            PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr,
+            PROBE: gl.constexpr):
     _consume(1, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
              s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, STAGES, ONE)
 
@@ -145,26 +146,30 @@ def _second(kv_desc, bt, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O,
 @gluon.jit
 def _loader(kv_desc, bt, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O,
             Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
-            PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr):
+            PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr,
+            PROBE: gl.constexpr):
     nbytes: gl.constexpr = NBLK * TILE * TILE * 2
     for t in range(n_tiles):
         s = t % STAGES
         ph = (t // STAGES) & 1
         mbarrier.wait(free.index(s), ph ^ 1)  # both warpgroups are done with this stage
         fence_async_shared()  # their generic reads/writes of it before the TMA writes
-        n0 = start + t * TILE
-        blk = gl.load(bt + n0 // PAGE)
-        row = blk * PAGE + n0 % PAGE
-        mbarrier.expect(ready.index(s), nbytes)
-        for c in gl.static_range(NBLK):
-            tma.async_copy_global_to_shared(kv_desc, [row, c * TILE], ready.index(s),
-                                            kv_s.index(s * NBLK + c))
+        if PROBE:  # a ceiling probe: no cache reads (the output is wrong; timing only)
+            mbarrier.arrive(ready.index(s), count=1)
+        else:
+            n0 = start + t * TILE
+            blk = gl.load(bt + n0 // PAGE)
+            row = blk * PAGE + n0 % PAGE
+            mbarrier.expect(ready.index(s), nbytes)
+            for c in gl.static_range(NBLK):
+                tma.async_copy_global_to_shared(kv_desc, [row, c * TILE], ready.index(s),
+                                                kv_s.index(s * NBLK + c))
 
 
 @gluon.jit
 def _mla_pingpong(Q, kv_desc, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale, sqb, sqh,
                   sbt, sob, soh, PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  PROBE: gl.constexpr, num_warps: gl.constexpr):
     hb = gl.program_id(0)
     s_id = gl.program_id(1)
     b = gl.program_id(2)
@@ -203,10 +208,10 @@ def _mla_pingpong(Q, kv_desc, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
                     H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, STAGES, ONE)),
         (_second, (kv_desc, bt, q_s, kv_s, m_s, a_s, l_s, ready, free, pready,
                    fin, O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale,
-                   sob, soh, PAGE, STAGES, ONE)),
+                   sob, soh, PAGE, STAGES, ONE, PROBE)),
         (_loader, (kv_desc, bt, q_s, kv_s, m_s, a_s, l_s, ready, free, pready,
                    fin, O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale,
-                   sob, soh, PAGE, STAGES, ONE)),
+                   sob, soh, PAGE, STAGES, ONE, PROBE)),
     ], [4, 1], [232, 40])
 
 
@@ -353,8 +358,9 @@ def _mla_pingpong_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
 
 
 def forward(q, kv_cache, block_table, seq_lens, scale, *, GRID: int = 264, STAGES: int = 2,
-            REGS: int = 168):
-    """out [B, H, 512]; any H (masked rows past it), any page size."""
+            REGS: int = 168, PROBE: int = 0):
+    """out [B, H, 512]; any H (masked rows past it), any page size. PROBE=1: a ceiling probe
+    (the loader copies nothing; the output is wrong)."""
     B, H = q.shape[0], q.shape[1]
     page = kv_cache.shape[1]
     # TMA reads a tile as one piece of one page from 16-byte aligned rows; else cp.async
@@ -378,8 +384,8 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, GRID: int = 264, STAGE
         _mla_pingpong[(hb, n_splits, B)](
             q, kv_desc, block_table, seq_lens, out, op, lp, H, n_splits, per * T,
             scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
-            out.stride(0), out.stride(1), PAGE=page, STAGES=STAGES, ONE=one, num_warps=4,
-            maxnreg=REGS)
+            out.stride(0), out.stride(1), PAGE=page, STAGES=STAGES, ONE=one, PROBE=PROBE,
+            num_warps=4, maxnreg=REGS)
     else:
         _mla_paged_partial[(hb, n_splits, B)](
             q, kv_cache, block_table, seq_lens, out, op, lp, H, n_splits, per * T,
