@@ -21,7 +21,6 @@ NAMES = {"triton.experimental.gluon.language": ("thread_barrier", "allocate_shar
              ("async_copy_global_to_shared", "commit_group", "wait_group"),
          "triton.experimental.gluon.language.nvidia.hopper":
              ("warpgroup_mma", "warpgroup_mma_wait", "fence_async_shared")}
-NEEDS = "an sm_90 GPU, the compiler (no TRITON_INTERPRET) and Triton 3.6's Gluon names"
 
 
 @functools.lru_cache(maxsize=None)
