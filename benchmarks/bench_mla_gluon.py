@@ -118,7 +118,8 @@ def phase_b(res, table, pingpong_ok: bool, until_s: float) -> None:
     fam = get("mla_decode")
     mods = {v: load(fam.variants[v].file.read_text(), v)
             for v in ("tma", "gluon_wgmma", "gluon_pingpong")}
-    corners = [(b, n) for b, n in ISSUE] + [(b, n) for b in BS for n in LS if (b, n) not in ISSUE]
+    corners = list(ISSUE) + sorted([(b, n) for b in BS for n in LS if (b, n) not in ISSUE],
+                                   key=lambda x: x[0] * x[1])
     rows = res.setdefault("corners", [])
     for b, n in corners:
         if time.time() - T0 > until_s:
@@ -126,7 +127,11 @@ def phase_b(res, table, pingpong_ok: bool, until_s: float) -> None:
             continue
         shape = (b, 128, n, 64, 0)
         e = shipped_entry(table, b, n)
-        cands = [("tma", dict(e["config"]))] + configs(b, pingpong_ok)
+        # the shipped entry's config is timed again at the issue's shapes and where the table
+        # recorded no time (B = 8: inside the 5-16 cell); elsewhere its time is the one the
+        # table recorded, measured the same way on this GPU type
+        again = (b, n) in ISSUE or tuple(e["measured"][0]["shape"][:3]) != (b, 128, n)
+        cands = ([("tma", dict(e["config"]))] if again else []) + configs(b, pingpong_ok)
         args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(0))
         ref = fam.reference(*args)
         sets = [args, fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(1))]
@@ -186,6 +191,11 @@ def phase_c(res, table) -> tuple[dict, list[tuple[dict, list[int]]]]:
             ent["ranges"] = {"B": [lo, hi], "L": [n_lo, n_hi]}
             ok = [x for x in r["impls"].values() if "us" in x] if r else []
             ship = next((x for x in ok if x["variant"] == "tma"), None)
+            if ship is None and r is not None and tuple(e["measured"][0]["shape"]) == \
+                    tuple(r["shape"]):
+                ship = {"variant": "tma", "config": e["config"],
+                        "us": e["measured"][0]["time_us"],
+                        "pct_floor": e["measured"][0].get("pct_floor")}
             best = min(ok, key=lambda x: x["us"]) if ok else None
             base = e["measured"][0].get("baseline_us")
             if best is not None and ship is not None and best["us"] * 1.03 < ship["us"]:
