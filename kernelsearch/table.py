@@ -70,16 +70,17 @@ class DispatchTable:
                usable: Any = None) -> tuple[str, Optional[Entry], Optional[str]]:
         """What runs a call, in FALLBACK order: ("table", entry, variant) for the first entry
         that covers it and is `usable(entry)` (default: a library entry only where that library
-        is found here), else ("library", None, variant) for the best library kernel offered at
+        is found here, a Gluon one only where it is offered: kernelsearch.families.gluon), else ("library", None, variant) for the best library kernel offered at
         the shape, else ("torch", None, None)."""
         from kernelsearch.families import get, library as libvars
 
         fam = get(family)
         for e in self.entries:
             if e.family == family and e.dtype == dtype and e.covers(dims):
+                var = fam.variants.get(e.variant)
                 ok = usable(e) if usable is not None else (
-                    not libvars.is_library(fam, e.variant)
-                    or fam.variants[e.variant].valid(e.config, _shape(fam, dims)))
+                    var is None or not (var.kind == "library" or var.gpu_only)
+                    or var.valid(e.config, _shape(fam, dims)))
                 if ok:
                     return "table", e, e.variant
         shape = _shape(fam, dims)

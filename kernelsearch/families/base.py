@@ -64,6 +64,10 @@ class Variant:
     # library variants: the nearest shape the library takes (the judge checks the family's
     # boundary shapes through it: a page of 64, a head count the library has kernels for)
     fit: Optional[Callable[[Shape], Shape]] = None
+    # Gluon variants (kernelsearch.families.gluon): compiled only, for sm_90 (no interpreter
+    # path); `valid` offers them only where that holds, `tile_valid` is the tile rule alone
+    gpu_only: bool = False
+    tile_valid: Optional[Callable[[dict, Shape], bool]] = None
 
     def configs(self, shape: Optional[Shape] = None) -> list[dict]:
         keys = list(self.dims)

@@ -145,6 +145,9 @@ def check_common(q, kv_cache, block_table, seq_lens) -> tuple[int, int, int, int
                          f"{tuple(q.shape)}")
     if kv_cache.dim() != 3 or kv_cache.shape[-1] != D_QK or not kv_cache.is_contiguous():
         raise ValueError(f"mla: kv_cache must be a contiguous [num_blocks, page, {D_QK}]")
+    # the Gluon kernels read it by TMA or 16-byte cp.async (serving engines allocate it aligned)
+    if kv_cache.data_ptr() % 16:
+        raise ValueError("mla: kv_cache must start 16-byte aligned")
     B = q.shape[0]
     if block_table.dim() != 2 or block_table.shape[0] != B or seq_lens.shape != (B,):
         raise ValueError("mla: block_table must be [B, max_blocks] and seq_lens [B]")

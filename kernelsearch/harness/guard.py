@@ -78,7 +78,8 @@ LIBDEVICE = {"fast_expf", "fast_logf", "fast_powf", "fast_dividef", "exp", "exp2
              "round", "trunc", "floor", "ceil", "isnan", "isinf", "isfinited", "finitef",
              "fmod", "div_rn", "div_rz", "rcp_rn", "sigmoid", "sin", "cos", "fma", "nearbyint"}
 # Gluon's kernel API (triton.experimental.gluon.language) and the Hopper/Ampere names the MLA
-# kernels use (TMA, mbarriers, warpgroup MMA, async copies)
+# kernels use (TMA, mbarriers, warpgroup MMA, async copies); 3.6's and 3.9's names (3.6's
+# thread_barrier is 3.9's barrier: the same CTA barrier)
 GL_LAYOUTS = {"AutoLayout", "BlockedLayout", "CoalescedLayout", "DistributedLinearLayout",
               "DotOperandLayout", "NVMMADistributedLayout", "NVMMASharedLayout",
               "PaddedSharedLayout", "SharedLinearLayout", "SliceLayout", "SwizzledSharedLayout"}
@@ -94,8 +95,8 @@ GL_API = TL_DTYPES | GL_LAYOUTS | {
     "multiple_of", "num_ctas", "num_programs", "num_warps", "permute", "pointer_type",
     "program_id", "ravel", "reduce", "reduce_or", "reshape", "rsqrt", "set_auto_layout",
     "shared_memory_descriptor", "sin", "split", "sqrt", "sqrt_rn", "static_assert",
-    "static_range", "store", "sub", "sum", "tensor", "to_tensor", "tuple", "umulhi",
-    "warp_specialize", "where", "xor_sum", "zeros", "zeros_like",
+    "static_range", "store", "sub", "sum", "tensor", "thread_barrier", "to_tensor", "tuple",
+    "umulhi", "warp_specialize", "where", "xor_sum", "zeros", "zeros_like",
 }
 HOPPER_API = {"fence_async_shared", "warpgroup_mma", "warpgroup_mma_init", "warpgroup_mma_wait",
               "warpgroup_mma_accumulator", "mma_v2", "async_copy", "cluster"}

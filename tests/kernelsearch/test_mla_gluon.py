@@ -14,7 +14,7 @@ import torch
 from kernelsearch.families import get, mla
 
 DENSE = get("mla_decode")
-FILE = DENSE.variants["splitkv"].file.parent / "gluon_wgmma.py"
+FILE = DENSE.variants["gluon_wgmma"].file
 
 
 COMPILE = r"""
@@ -65,9 +65,31 @@ ck = triton.compile(gluon._runtime.GluonASTSource(smod._sparse_gluon_partial, si
 ptx = ck.asm["ptx"]
 out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
             "cp_async": ptx.count("cp.async"), "shared": ck.metadata.shared})
+# the warp-specialized ping-pong kernel (gluon_pingpong.py): TMA tiles, mbarriers, setmaxnreg
+spec = importlib.util.spec_from_file_location("ks_mla_pingpong", sys.argv[4])
+pmod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pmod)
+lay = gluon.language.NVMMASharedLayout.get_default_for([64, 64], gluon.language.bfloat16)
+psig = {"Q": "*bf16", "kv_desc": f"tensordesc<bf16[64, 64],{lay}>", "BT": "*i32",
+        "SL": "*i32", "O": "*bf16", "Op": "*fp32", "Lp": "*fp32"}
+psig.update({k: "i32" for k in ("H", "n_splits", "split_len")})
+psig["qk_scale"] = "fp32"
+psig.update({k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")})
+psig.update({k: "constexpr" for k in ("PAGE", "STAGES", "ONE", "PROBE", "num_warps")})
+pattrs = {(i,): [["tt.divisibility", 16]] for i in [0, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15]}
+for one in (False, True):
+    ck = triton.compile(gluon._runtime.GluonASTSource(
+        pmod._mla_pingpong, signature=psig, attrs=pattrs,
+        constexprs={"PAGE": 64, "STAGES": 2, "ONE": one, "PROBE": 0, "num_warps": 4}),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+    ptx = ck.asm["ptx"]
+    out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
+                "cp_async": ptx.count("cp.async.bulk.tensor"), "shared": ck.metadata.shared,
+                "setmaxnreg": ptx.count("setmaxnreg"), "mbarrier": ptx.count("mbarrier.")})
 print("RESULT " + json.dumps(out))
 """
-SPARSE_FILE = get("mla_sparse_decode").variants["rows"].file.parent / "gluon_wgmma.py"
+PINGPONG_FILE = DENSE.variants["gluon_pingpong"].file
+SPARSE_FILE = get("mla_sparse_decode").variants["gluon_wgmma"].file
 
 
 def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
@@ -79,19 +101,25 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
     import sys
 
     pytest.importorskip("triton.experimental.gluon")
+    from kernelsearch.families import gluon
+
+    if gluon._names_missing():  # the files are written against Triton 3.6's Gluon names
+        pytest.skip(f"this Triton lacks {gluon._names_missing()}")
     cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs),
-                        str(SPARSE_FILE)],
+                        str(SPARSE_FILE), str(PINGPONG_FILE)],
                        capture_output=True, text=True, env=env, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
     results = json.loads(line[0][7:])
-    assert len(results) == len(cfgs) + 1
-    for cfg, res in zip(cfgs + ["sparse"], results):
+    assert len(results) == len(cfgs) + 3
+    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one"], results):
         assert res["sm90a"], cfg
         assert res["wgmma"] > 0 and res["cp_async"] > 0, (cfg, res)
         assert res["shared"] <= 227 * 1024, (cfg, res)  # the ring fits an SM's shared memory
+    for res in results[-2:]:  # partitions with their own register budgets, mbarrier protocol
+        assert res["setmaxnreg"] > 0 and res["mbarrier"] > 0, res
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
@@ -130,3 +158,174 @@ def test_sparse_gluon_kernel_matches_the_reference(shape, monkeypatch):
     ref = fam.reference(*args)
     for cfg in (dict(BLOCK_N=64, STAGES=2, GRID=132), dict(BLOCK_N=32, STAGES=4, GRID=264)):
         compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, f"gluon sparse {shape} {cfg}")
+
+
+# ---- the Gluon variants as registered variants (kernelsearch.families.gluon) ----------------
+GLUON_VARIANTS = [(f, n) for f in ("mla_decode", "mla_sparse_decode")
+                  for n, v in get(f).variants.items() if v.gpu_only]
+
+
+def test_each_family_registers_its_gluon_variant_gpu_only():
+    assert ("mla_decode", "gluon_wgmma") in GLUON_VARIANTS
+    assert ("mla_sparse_decode", "gluon_wgmma") in GLUON_VARIANTS
+    for f, n in GLUON_VARIANTS:
+        v = get(f).variants[n]
+        assert v.kind == "triton" and v.file.exists() and "@gluon.jit" in v.file.read_text()
+
+
+@pytest.mark.parametrize("family,name", GLUON_VARIANTS)
+def test_guard_accepts_each_registered_gluon_file(family, name):
+    from kernelsearch.harness.guard import check_source
+
+    assert check_source(get(family).variants[name].file.read_text()) == []
+
+
+@pytest.mark.parametrize("rule", ["jit_body", "shim"])
+def test_guard_still_refuses_a_gluon_file_with_a_forbidden_name(rule):
+    from kernelsearch.harness.guard import check_source
+
+    src = FILE.read_text()
+    assert "gl.thread_barrier()" in src
+    if rule == "jit_body":  # a name Gluon's API does not list (arbitrary PTX) in the kernel
+        bad = src.replace("gl.thread_barrier()", "gl.inline_asm_elementwise('bar.sync 0;', "
+                          "'=r', [], gl.int32, True, 1)", 1)
+    else:  # the Triton 3.6/3.9 name shim the files used to carry (reflection at module level)
+        bad = src.replace("\n@gluon.jit", "\n_barrier = getattr(gl, 'thread_barrier', None) "
+                          "or gl.barrier\n\n\n@gluon.jit", 1)
+        bad = bad.replace("gl.thread_barrier()", "_barrier()")
+    got = check_source(bad)
+    assert got, rule
+    if rule == "jit_body":
+        assert any(v.rule == "jit_body" and "inline_asm_elementwise" in v.message for v in got)
+    else:
+        assert {"module_state", "jit_body"} <= {v.rule for v in got}
+
+
+def _offer(monkeypatch, gpu: str, missing: tuple = ()):
+    from kernelsearch.families import gluon
+
+    monkeypatch.setattr(gluon, "_gpu", lambda: gpu)
+    monkeypatch.setattr(gluon, "_names_missing", lambda: missing)
+
+
+@pytest.mark.parametrize("family,name", GLUON_VARIANTS)
+def test_gluon_variant_is_not_offered_without_a_hopper_gpu_or_under_the_interpreter(
+        family, name, monkeypatch):
+    from kernelsearch.families import gluon
+
+    fam = get(family)
+    shape = fam.search_shapes[0]
+    # as this CPU machine is (the suite runs under TRITON_INTERPRET=1, no GPU)
+    assert not gluon.available() and gluon.why_not()
+    assert all(v != name for v, _ in fam.space(shape))
+    # a Hopper GPU with the right Triton, but the interpreter: still not offered
+    _offer(monkeypatch, "")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "TRITON_INTERPRET" in gluon.why_not()
+    assert all(v != name for v, _ in fam.space(shape))
+    # another GPU, or a Triton without 3.6's Gluon names: not offered, and why
+    monkeypatch.delenv("TRITON_INTERPRET")
+    _offer(monkeypatch, "GPU is sm_80, not sm_90")
+    assert gluon.why_not() == "GPU is sm_80, not sm_90"
+    assert all(v != name for v, _ in fam.space(shape))
+    _offer(monkeypatch, "", ("triton.experimental.gluon.language.thread_barrier",))
+    assert "thread_barrier" in gluon.why_not()
+    assert all(v != name for v, _ in fam.space(shape))
+    # all of it there: offered like any variant, with its whole valid grid
+    _offer(monkeypatch, "")
+    assert gluon.available()
+    got = [c for v, c in fam.space(shape) if v == name]
+    var = fam.variants[name]
+    assert got and len(got) == len([c for c in var.configs() if var.tile_valid(c, shape)])
+    if name == "gluon_wgmma":  # its tile rule: the ring and q in 227 KiB of shared memory
+        assert not var.valid(dict(BLOCK_N=64, GRID=132, STAGES=3, PIPE=1), shape)
+
+
+def test_search_space_offers_the_gluon_variant_only_where_it_runs(monkeypatch):
+    from tuner.search.kernel import kernel_space
+
+    shape = DENSE.search_shapes[0]
+    names = next(d.values for d in kernel_space("mla_decode", shape).dims
+                 if d.name == "variant")
+    assert "gluon_wgmma" not in names and "tma" in names  # this CPU: not a choice
+    _offer(monkeypatch, "")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    space = kernel_space("mla_decode", shape)
+    assert "gluon_wgmma" in next(d.values for d in space.dims if d.name == "variant")
+    pt = {d.name: d.values[0] for d in space.dims}
+    pt.update(variant="gluon_wgmma", BLOCK_N=64, GRID=132, STAGES=2, PIPE=1)
+    assert space.valid(pt)
+    assert not space.valid(dict(pt, STAGES=3))  # its own tile rule still applies
+
+
+def test_table_runs_a_gluon_entry_only_where_it_is_offered(monkeypatch):
+    from kernelsearch.table import DispatchTable, Entry
+
+    cfg = dict(BLOCK_N=64, GRID=132, STAGES=2, PIPE=1)
+    e = Entry(family="mla_decode", dtype="bfloat16", match={"H": 128, "P": 64},
+              ranges={"B": [1, 128], "L": [1, 163840]}, variant="gluon_wgmma", config=cfg)
+    t = DispatchTable(entries=[e])
+    dims = {"B": 64, "H": 128, "L": 4096, "P": 64, "R": 1}
+    how, entry, _ = t.choose("mla_decode", "bfloat16", dims)
+    assert how in ("library", "torch") and entry is None  # this CPU: the fallback runs
+    _offer(monkeypatch, "")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    how, entry, var = t.choose("mla_decode", "bfloat16", dims)
+    assert (how, var) == ("table", "gluon_wgmma") and entry is e
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability()[0] != 9, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("shape,grid", [((7, 128, 5000, 64, 1), 132), ((7, 128, 5000, 64, 1), 1056),
+                                        ((3, 128, 2049, 16, 1), 264), ((2, 128, 4096, 128, 1), 264),
+                                        ((1, 16, 1000, 64, 1), 132), ((4, 128, 300, 64, 0), 4)])
+def test_pingpong_kernel_matches_the_reference(shape, grid, monkeypatch):
+    """TMA pages (64, 128: NaN in every unread row, two empty sequences with garbage table
+    slots), the cp.async fallback (page 16), 16 heads, one split (the direct-output path)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    from kernelsearch.harness.correctness import compare
+
+    spec = importlib.util.spec_from_file_location("ks_mla_pingpong", PINGPONG_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = DENSE.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(5))
+    q, kv, bt, sl, sc = args
+    flat = kv.view(-1, mla.D_QK)
+    flat[(flat == mla.POISON).all(dim=1)] = float("nan")
+    if shape[0] == 7:
+        sl[1] = 0
+        sl[4] = 0
+        bt[1] = 2147480000
+        bt[4, 1:] = 2147480000
+    ref = DENSE.reference(*args)
+    got = mod.forward(*args, GRID=grid)
+    compare(got, ref, "bfloat16", DENSE, f"gluon_pingpong {shape} GRID={grid}")
+    if shape[0] == 7:
+        assert torch.equal(got[1], torch.zeros_like(got[1]))
+
+
+def test_kernel_families_says_where_the_gluon_variants_are_not_offered(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1",
+               KERNELSEARCH_SANDBOX_USER="none")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "tuner", "--state-dir", str(tmp_path),
+                               "kernel", "families", *args], capture_output=True, text=True,
+                              cwd=root, env=env, timeout=300)
+
+    p = cli("--json")
+    assert p.returncode == 0, p.stderr
+    fams = {f["family"]: f for f in json.loads(p.stdout)["families"]}
+    assert fams["mla_decode"]["gpu_only_variants"] == {
+        "gluon_wgmma": "TRITON_INTERPRET=1 (Gluon has no interpreter path)",
+        "gluon_pingpong": "TRITON_INTERPRET=1 (Gluon has no interpreter path)"}
+    assert fams["softmax"]["gpu_only_variants"] == {}
+    line = next(x for x in cli().stdout.splitlines() if x.startswith("mla_decode "))
+    assert "gluon_pingpong (gluon, sm_90 only: TRITON_INTERPRET=1" in line

@@ -147,9 +147,10 @@ def check_cmd(
 @kernel_app.command("families")
 def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Kernel families: signature, dtypes, variants (library ones: offered only where their
-    library imports) and the size of their search space; then the libraries found here."""
+    library imports; Gluon ones only on an sm_90 GPU without TRITON_INTERPRET) and the size of
+    their search space; then the libraries found here."""
     from kernelsearch import libraries
-    from kernelsearch.families import all_families, library
+    from kernelsearch.families import all_families, gluon, library
 
     rows = []
     for f in all_families():
@@ -157,6 +158,8 @@ def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         rows.append({"family": f.name, "signature": f.signature, "dtypes": list(f.dtypes),
                      "variants": {n: list(v.dims) for n, v in f.variants.items()},
                      "library_variants": library.report(f),
+                     "gpu_only_variants": {n: gluon.why_not() or "offered"
+                                           for n, v in f.variants.items() if v.gpu_only},
                      "shape_dims": list(f.shape_dims), "bound": f.bound,
                      "grid_at_first_search_shape": len(f.space(shape))})
     libs = libraries.report()
@@ -165,7 +168,10 @@ def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
         return
     for r in rows:
         lv = {x["variant"]: x["status"] for x in r["library_variants"]}
-        names = [n + (f" (library, {lv[n]})" if n in lv else "") for n in r["variants"]]
+        gv = r["gpu_only_variants"]
+        names = [n + (f" (library, {lv[n]})" if n in lv else "")
+                 + (f" (gluon, sm_90 only: {gv[n]})" if n in gv else "")
+                 for n in r["variants"]]
         print(f"{r['family']:<17} {r['signature']:<28} {r['bound']:<7} "
               f"variants: {', '.join(names)}  grid: {r['grid_at_first_search_shape']}")
     for x in libs:

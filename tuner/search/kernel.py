@@ -43,8 +43,9 @@ def kernel_space(family: str, shape: tuple, start: Optional[tuple[str, dict]] = 
     in_grid = None if configs is None else {v for v, _ in configs}
     own: dict[str, dict[str, list]] = {}  # variant -> its parameters -> their values
     for n, var in (fam.variants.items() if fam else ()):
-        if var.kind == "library" and in_grid is None and not var.configs(shape):
-            continue  # a library kernel is a choice only where this host offers it
+        if (var.kind == "library" or var.gpu_only) and in_grid is None \
+                and not var.configs(shape):
+            continue  # a library (or Gluon) kernel is a choice only where this host offers it
         if (variants is None or n in variants) and (in_grid is None or n in in_grid):
             own[n] = {k: sorted(vals) for k, vals in var.dims.items()}
     allowed: Optional[set[str]] = None

@@ -102,3 +102,23 @@ FAMILY.variants["flashmla"] = _library.variant(
     "flashmla", Path(__file__).parent, "flash_mla",
     fits=lambda s: s[3] == 64 and s[1] in FLASHMLA_HEADS, dtypes=("bfloat16",),
     fit=_flashmla_fit)
+
+# Gluon variants (kernelsearch.families.gluon): compiled for sm_90 only, offered where that holds
+from kernelsearch.families import gluon as _gluon  # noqa: E402
+
+GLUON_DIMS = {"BLOCK_N": [32, 64], "GRID": [132, 264, 528, 1056], "STAGES": [2, 3, 4],
+              "PIPE": [0, 1]}
+
+
+def gluon_valid(cfg: dict, shape) -> bool:
+    """64 heads a program on two warpgroups (any H: masked rows), q and the STAGES-deep ring of
+    [BLOCK_N, 576] tiles in the 227 KiB of shared memory (what the compiled kernels report)."""
+    return (cfg["STAGES"] * cfg["BLOCK_N"] + 64) * mla.D_QK * 2 <= 227 * 1024
+
+
+FAMILY.variants["gluon_wgmma"] = _gluon.variant("gluon_wgmma", Path(__file__).parent,
+                                                GLUON_DIMS, gluon_valid)
+# the warp-specialized ping-pong kernel: its tile is fixed (64 heads x 64 tokens, two stages)
+FAMILY.variants["gluon_pingpong"] = _gluon.variant(
+    "gluon_pingpong", Path(__file__).parent, {"GRID": [132, 264, 528, 1056], "STAGES": [2]},
+    lambda cfg, shape: True)

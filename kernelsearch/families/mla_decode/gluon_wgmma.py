@@ -13,9 +13,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-# the names moved between Triton releases (3.6: async_copy_global_to_shared, thread_barrier)
-_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+# Triton 3.6's Gluon names (the H200's Triton): 3.9 renamed async_copy_global_to_shared to
+# async_load and thread_barrier to barrier; kernelsearch.families.gluon offers this variant
+# only where these names exist (and a Hopper GPU, no TRITON_INTERPRET)
 
 
 @gluon.jit
@@ -26,13 +26,13 @@ def _issue(KV, bt, kn_s, kp_s, n0, end, PAGE: gl.constexpr, BLOCK_N: gl.constexp
     blk = gl.load(bt + nn // PAGE, mask=ok, other=0)
     row = (blk.to(gl.int64) * PAGE + nn % PAGE) * 576
     cn = gl.arange(0, 512, layout=gl.SliceLayout(0, LN))
-    _async_load(kn_s, KV + row[:, None] + cn[None, :], mask=ok[:, None])
+    async_copy.async_copy_global_to_shared(kn_s, KV + row[:, None] + cn[None, :], mask=ok[:, None])
     np_ = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, LP))
     okp = np_ < end
     blkp = gl.load(bt + np_ // PAGE, mask=okp, other=0)
     rowp = (blkp.to(gl.int64) * PAGE + np_ % PAGE) * 576
     cp = 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, LP))
-    _async_load(kp_s, KV + rowp[:, None] + cp[None, :], mask=okp[:, None])
+    async_copy.async_copy_global_to_shared(kp_s, KV + rowp[:, None] + cp[None, :], mask=okp[:, None])
 
 
 @gluon.jit
@@ -72,10 +72,10 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
     cqp = 512 + gl.arange(0, 64, layout=gl.SliceLayout(0, LP))
     qp = gl.load(Q + b.to(gl.int64) * sqb + hqp[:, None] * sqh + cqp[None, :],
                  mask=(hqp < H)[:, None], other=0.0)
-    qn_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, 512], QN_S, qn)
-    qp_s = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, 64], QP_S, qp)
-    kn_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, 512], KN_S)
-    kp_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, 64], KP_S)
+    qn_s = gl.allocate_shared_memory(KV.dtype.element_ty, [BLOCK_H, 512], QN_S, qn)
+    qp_s = gl.allocate_shared_memory(KV.dtype.element_ty, [BLOCK_H, 64], QP_S, qp)
+    kn_s = gl.allocate_shared_memory(KV.dtype.element_ty, [STAGES, BLOCK_N, 512], KN_S)
+    kp_s = gl.allocate_shared_memory(KV.dtype.element_ty, [STAGES, BLOCK_N, 64], KP_S)
 
     bt = BT + b.to(gl.int64) * sbt
     for i in gl.static_range(STAGES - 1):
@@ -92,13 +92,13 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
         # tensor cores never wait on the softmax's registers between the two
         async_copy.wait_group(STAGES - 2)
         fence_async_shared()
-        _barrier()
+        gl.thread_barrier()
         sc = warpgroup_mma(qn_s, kn_s.index(0).permute((1, 0)), s_zero, use_acc=False,
                            is_async=True)
         sc = warpgroup_mma(qp_s, kp_s.index(0).permute((1, 0)), sc, is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
         for t in range(0, n_tiles):
-            _barrier()  # stage (t - 1) % STAGES is read by nobody now: refill it
+            gl.thread_barrier()  # stage (t - 1) % STAGES is read by nobody now: refill it
             nxt = t + STAGES - 1
             if not NOLOAD:  # NOLOAD: a ceiling probe (no cache reads in the loop; wrong output)
                 _issue(KV, bt, kn_s.index(nxt % STAGES), kp_s.index(nxt % STAGES),
@@ -112,11 +112,11 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
             l_i = l_i * alpha + gl.sum(p, axis=1)
             m_i = m_new
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
-            pa = gl.convert_layout(p.to(gl.bfloat16), P_L)
+            pa = gl.convert_layout(p.to(KV.dtype.element_ty), P_L)
             acc = warpgroup_mma(pa, kn_s.index(t % STAGES), acc, is_async=True)
             async_copy.wait_group(STAGES - 2)  # tile t + 1 has landed
             fence_async_shared()
-            _barrier()
+            gl.thread_barrier()
             k1 = (t + 1) % STAGES
             sc = warpgroup_mma(qn_s, kn_s.index(k1).permute((1, 0)), s_zero, use_acc=False,
                                is_async=True)
@@ -130,7 +130,7 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
             async_copy.commit_group()
             async_copy.wait_group(STAGES - 1)  # tile t has landed (the ones after it may not)
             fence_async_shared()
-            _barrier()
+            gl.thread_barrier()
             kn = kn_s.index(t % STAGES)
             kp = kp_s.index(t % STAGES)
             sc = warpgroup_mma(qn_s, kn.permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -143,11 +143,11 @@ def _mla_gluon_partial(Q, KV, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scal
             alpha = gl.exp2(m_i - m_new)
             l_i = l_i * alpha + gl.sum(p, axis=1)
             acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_L))[:, None]
-            pa = gl.convert_layout(p.to(gl.bfloat16), P_L)
+            pa = gl.convert_layout(p.to(KV.dtype.element_ty), P_L)
             acc = warpgroup_mma(pa, kn, acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             m_i = m_new
-            _barrier()  # every warp is done with this stage before it is refilled
+            gl.thread_barrier()  # every warp is done with this stage before it is refilled
     async_copy.wait_group(0)
 
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, O_L))

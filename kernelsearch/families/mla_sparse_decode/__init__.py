@@ -151,3 +151,12 @@ FAMILY.variants["flashmla_sparse"] = _library.variant(
     "flashmla_sparse", Path(__file__).parent, "flash_mla",
     fits=lambda s: s[1] in FLASHMLA_SPARSE_HEADS and s[4] % FLASHMLA_SPARSE_TOPK == 0,
     dtypes=("bfloat16",), fit=_flashmla_sparse_fit)
+
+# Gluon variants (kernelsearch.families.gluon): compiled for sm_90 only, offered where that holds
+from kernelsearch.families import gluon as _gluon  # noqa: E402
+from kernelsearch.families.mla_decode import gluon_valid as _gluon_valid  # noqa: E402
+
+FAMILY.variants["gluon_wgmma"] = _gluon.variant(
+    "gluon_wgmma", Path(__file__).parent,
+    {"BLOCK_N": [32, 64], "GRID": [132, 264, 528], "STAGES": [2, 3, 4]},
+    _gluon_valid)
