@@ -81,11 +81,26 @@ class DispatchTable:
                 ok = usable(e) if usable is not None else (
                     var is None or not (var.kind == "library" or var.gpu_only)
                     or var.valid(e.config, _shape(fam, dims)))
-                if ok:
+                if ok and not self._yields(fam, e, dims, dtype):
                     return "table", e, e.variant
         shape = _shape(fam, dims)
         best = libvars.best(fam, shape, dtype) if shape is not None else None
         return ("library", None, best) if best else ("torch", None, None)
+
+    @staticmethod
+    def _yields(fam: Any, e: Entry, dims: dict[str, int], dtype: str) -> bool:
+        """An entry measured no faster than the best library kernel (speedup_vs_library within
+        LIBRARY_MARGIN) gives way to that library wherever it is offered here: a table built
+        or shipped without the library must not override it on a host that has it."""
+        from kernelsearch.families import library as libvars
+
+        if e.speedup_vs_library is None or e.speedup_vs_library > 1 + LIBRARY_MARGIN:
+            return False
+        var = fam.variants.get(e.variant)
+        if var is not None and var.kind == "library":
+            return False
+        shape = _shape(fam, dims)
+        return shape is not None and libvars.best(fam, shape, dtype) is not None
 
     def to_dict(self) -> dict:
         return {"version": VERSION, "device": self.device, "meta": self.meta,

@@ -283,6 +283,34 @@ def test_fallback_order_is_table_then_library_then_torch(flash_mla):
     assert t.choose("mla_decode", "bfloat16", dict(outside, P=16)) == ("torch", None, None)
 
 
+def test_entry_measured_behind_the_library_gives_way_where_it_is_found(flash_mla):
+    """A table shipped or built without the library (h200-mla.json's entries measured at
+    0.4-0.8x FlashMLA) must not override it on a host that has it; one measured faster keeps
+    its place, and so does every entry on a host without the library."""
+    import dataclasses
+
+    slow = dataclasses.replace(_tma_entry(100, 200), speedup_vs_library=0.8)
+    fast = dataclasses.replace(_tma_entry(100, 200), speedup_vs_library=1.16)
+    near = dataclasses.replace(_tma_entry(100, 200), speedup_vs_library=1.01)  # in the noise
+    assert DispatchTable([slow]).choose("mla_decode", "bfloat16", MLA_DIMS) == \
+        ("library", None, "flashmla")
+    assert DispatchTable([near]).choose("mla_decode", "bfloat16", MLA_DIMS)[0] == "library"
+    assert DispatchTable([fast]).choose("mla_decode", "bfloat16", MLA_DIMS)[0::2] == \
+        ("table", "splitkv")
+    # where the library does not take the shape (page 16), the entry still runs
+    other = dataclasses.replace(slow, match=dict(slow.match, P=16))
+    assert DispatchTable([other]).choose("mla_decode", "bfloat16", dict(MLA_DIMS, P=16))[0] \
+        == "table"
+
+
+def test_entry_behind_the_library_runs_where_the_library_is_absent():
+    import dataclasses
+
+    slow = dataclasses.replace(_tma_entry(100, 200), speedup_vs_library=0.8)
+    assert DispatchTable([slow]).choose("mla_decode", "bfloat16", MLA_DIMS)[0::2] == \
+        ("table", "splitkv")
+
+
 def test_fallback_without_the_library_is_torch():
     t = DispatchTable([_tma_entry(100, 200)])
     assert t.choose("mla_decode", "bfloat16", dict(MLA_DIMS, L=1000)) == ("torch", None, None)
