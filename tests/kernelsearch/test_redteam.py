@@ -71,7 +71,9 @@ def test_cache_on_data_ptr_caught_at_runtime_too(redteam):
               static_guard=False)
     # or, since issue 24, the calls in a row on the same tensors: the cache answers, no launch
     assert (v.code, v.rule) in (("incorrect", "tolerance"), ("incorrect", "no_launch")), v
-    assert "in place" in v.detail or "in a row" in v.detail, v
+    # or a view's buffer that the allocator gave the address of an earlier input (arg0:...):
+    # the same data pointer with new values, reached through the judge's layouts (1 run in 25)
+    assert "in place" in v.detail or "in a row" in v.detail or "arg0:" in v.detail, v
 
 
 def test_timer_patch_caught_at_runtime_and_undone(redteam):
