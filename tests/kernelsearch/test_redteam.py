@@ -64,16 +64,23 @@ def test_low_precision_rejected_at_fp32(redteam):
     assert (v.code, v.rule) == ("incorrect", "tolerance"), v
 
 
-def test_cache_on_data_ptr_caught_at_runtime_too(redteam):
-    """Defence in depth: with the static guard off, rewriting the inputs in place (same data
-    pointer, new values) exposes the stale cached result."""
-    v = check("softmax", redteam("cache_data_ptr"), isolate=False, timing=False,
-              static_guard=False)
-    # or, since issue 24, the calls in a row on the same tensors: the cache answers, no launch
-    assert (v.code, v.rule) in (("incorrect", "tolerance"), ("incorrect", "no_launch")), v
-    # or a view's buffer that the allocator gave the address of an earlier input (arg0:...):
-    # the same data pointer with new values, reached through the judge's layouts (1 run in 25)
-    assert "in place" in v.detail or "in a row" in v.detail or "arg0:" in v.detail, v
+def test_cache_on_data_ptr_caught_at_runtime_too(redteam, tmp_path):
+    """Defence in depth: with the static guard off, the stale cached result is exposed at run
+    time: the inputs rewritten in place (same data pointer, new values), a fresh input the
+    allocator placed at an earlier one's address, or the calls in a row on the same tensors (the
+    cache answers, no kernel launches)."""
+    src = redteam("cache_data_ptr")
+    v = check("softmax", src, isolate=False, timing=False, static_guard=False)
+    assert (v.stage, v.code, v.rule) in (("correctness", "incorrect", "tolerance"),
+                                         ("correctness", "incorrect", "no_launch")), v
+    # the control: the same file with its cache never consulted passes, so the cache (not a
+    # layout the candidate mishandles) is what the judge caught
+    control = tmp_path / "cache_data_ptr_control.py"
+    text = src.read_text()
+    assert text.count("if key in CACHE:") == 1
+    control.write_text(text.replace("if key in CACHE:", "if False:"))
+    ok = check("softmax", control, isolate=False, timing=False, static_guard=False)
+    assert ok.verdict == "accepted", ok
 
 
 def test_timer_patch_caught_at_runtime_and_undone(redteam):
