@@ -64,6 +64,16 @@ def why_not() -> str:
     return f"this Triton lacks {', '.join(missing)}" if missing else ""
 
 
+def why_not_on(device: str) -> str:
+    """'' where a Gluon candidate can be judged on `device` ("cpu": Triton's interpreter, or
+    "cuda"), else why not: the device part of `why_not` (a candidate may use Gluon names the
+    shipped files do not, so this Triton's names are left to its compiler)."""
+    if device != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return "Gluon has no interpreter path" + ("" if device == "cuda" else
+                                                  f" (device {device})")
+    return _gpu()
+
+
 def available() -> bool:
     return not why_not()
 

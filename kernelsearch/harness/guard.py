@@ -696,6 +696,18 @@ def check_source(source: str) -> list[Violation]:
     return sorted(v, key=lambda x: (x.line or 10 ** 9, rank.get(x.rule, len(rank))))
 
 
+def uses_gluon(source: str) -> bool:
+    """Whether the candidate defines a `@gluon.jit` kernel (it then runs only on an sm_90 GPU:
+    Gluon has no interpreter path). False for a source that does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    aliases = _aliases(tree)
+    return any(isinstance(n, ast.FunctionDef) and _jit_kind(n, aliases) == GLUON
+               for n in tree.body)
+
+
 def launched_kernels(source: str) -> set[str]:
     """Names of the jit kernels `forward` launches (for the runtime launch counter)."""
     c = _Checker(ast.parse(source))

@@ -21,6 +21,20 @@ def guard_stage(source: str) -> Optional[Verdict]:
     return None
 
 
+def gluon_stage(source: str, device: str) -> Optional[Verdict]:
+    """A Gluon candidate where it cannot run (the interpreter, a GPU other than sm_90): one
+    verdict saying so, rather than the compiler's failure to find a driver."""
+    if not guard.uses_gluon(source):
+        return None
+    from kernelsearch.families import gluon
+
+    why = gluon.why_not_on(device)
+    if not why:
+        return None
+    return Verdict.reject("guard", "needs_gpu", "gluon",
+                          f"a Gluon kernel runs only on an sm_90 GPU: {why}")
+
+
 def classify(exc: BaseException, stage: str) -> Verdict:
     """An exception from the candidate: compile failure if triton's compiler/frontend raised it,
     a sandbox limit refusing it (`limits.py`); otherwise the candidate crashed."""
@@ -126,6 +140,8 @@ def judge(family_name: str, source: str, config: Optional[dict] = None, *, devic
         v = None
     else:
         v = guard_stage(source) if static_guard else None
+        if v is None:
+            v = gluon_stage(source, device)
     if v:
         v.seconds = time.time() - t0
         return v

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import psutil
 
-from kernelsearch.harness.judge import guard_stage
+from kernelsearch.harness.judge import gluon_stage, guard_stage
 from kernelsearch.harness.limits import ENV as LIMITS_ENV, GPU_FREE, Limits
 from kernelsearch.harness.verdict import Verdict
 
@@ -185,6 +185,8 @@ def check(family: str, candidate: Union[str, Path], config: Optional[dict] = Non
     # a library variant's wrapper is not Triton source: the judge checks it is the shipped one
     v = guard_stage(source) if judge_kw.get("static_guard", True) \
         and not judge_kw.get("library") else None
+    if v is None and not judge_kw.get("library"):
+        v = gluon_stage(source, device)
     if v:  # static: never executes candidate code, so it runs here
         v.seconds = time.time() - t0
         return v

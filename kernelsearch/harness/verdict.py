@@ -10,6 +10,7 @@ CODES = {
     "guard_failed": "kernel source broke a static guard rule",
     "incorrect": "kernel output differs from the reference",
     "compile_failed": "kernel failed to compile",
+    "needs_gpu": "a Gluon kernel, judged only on an sm_90 GPU (Gluon has no interpreter path)",
     "crashed": "candidate process crashed",
     "timeout": "candidate process exceeded its time limit",
     "too_fast": "faster than the physical floor: a measurement fault",

@@ -329,3 +329,68 @@ def test_kernel_families_says_where_the_gluon_variants_are_not_offered(tmp_path)
     assert fams["softmax"]["gpu_only_variants"] == {}
     line = next(x for x in cli().stdout.splitlines() if x.startswith("mla_decode "))
     assert "gluon_pingpong (gluon, sm_90 only: TRITON_INTERPRET=1" in line
+
+
+GLUON_FILES = [PINGPONG_FILE, FILE, SPARSE_FILE]
+
+
+def test_guard_tells_a_gluon_candidate_from_a_triton_one(tmp_path):
+    from kernelsearch.harness import guard
+
+    assert all(guard.uses_gluon(f.read_text()) for f in GLUON_FILES)
+    assert not guard.uses_gluon(DENSE.variants["tma"].file.read_text())
+    # by what the decorator resolves to, not by its spelling
+    src = PINGPONG_FILE.read_text()
+    assert "from triton.experimental import gluon\n" in src
+    aliased = src.replace("from triton.experimental import gluon\n",
+                          "from triton.experimental import gluon as g\n").replace("@gluon.jit",
+                                                                                  "@g.jit")
+    assert "@gluon.jit" not in aliased and guard.uses_gluon(aliased)
+    assert not guard.uses_gluon("def forward(:\n")  # does not parse: the guard names that
+
+
+@pytest.mark.parametrize("path", GLUON_FILES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_a_gluon_candidate_where_it_cannot_run_gets_one_verdict_saying_so(path, monkeypatch):
+    """On the interpreter (this CPU) or a GPU other than sm_90, a Gluon candidate is not run
+    (the compiler would fail looking for a driver): the verdict names the reason."""
+    from kernelsearch.families import gluon
+    from kernelsearch.harness import check
+
+    family = path.parent.name
+    v = check(family, path, isolate=False, timing=False)
+    assert (v.verdict, v.stage, v.code, v.rule) == ("rejected", "guard", "needs_gpu", "gluon"), v
+    assert "sm_90" in v.detail and "no interpreter path" in v.detail
+    # the judge itself (what runs in the judge's child) says the same
+    from kernelsearch.harness.judge import judge
+
+    w = judge(family, path.read_text(), device="cpu", timing=False)
+    assert (w.stage, w.code, w.rule, w.detail) == (v.stage, v.code, v.rule, v.detail)
+    monkeypatch.setattr(gluon, "_gpu", lambda: "GPU is sm_80, not sm_90")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert gluon.why_not_on("cuda") == "GPU is sm_80, not sm_90"
+    monkeypatch.setattr(gluon, "_gpu", lambda: "")
+    assert gluon.why_not_on("cuda") == "" and gluon.why_not_on("cpu")
+    # the trial reason a search records for it is the harness's code
+    from tuner.trial import REASONS
+
+    assert "sm_90" in REASONS["needs_gpu"]
+
+
+def test_kernel_check_of_a_gluon_file_without_hopper_is_bad_input(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), TRITON_INTERPRET="1",
+               KERNELSEARCH_SANDBOX_USER="none")
+    p = subprocess.run([sys.executable, "-m", "tuner", "--state-dir", str(tmp_path / "st"),
+                        "kernel", "check", "--family", "mla_decode", "--candidate",
+                        str(PINGPONG_FILE), "--device", "cpu"],
+                       capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = (p.stdout + p.stderr).strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, lines
+    assert "Gluon" in lines[0] and "sm_90" in lines[0] and "gluon_pingpong.py" in lines[0]
+    assert not (tmp_path / "st").exists() or not any((tmp_path / "st").rglob("*.json"))

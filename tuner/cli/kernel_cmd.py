@@ -86,8 +86,12 @@ def check_cmd(
             raise BadInput(f"--config: expected a JSON object of keyword arguments, got "
                            f"{type(cfg).__name__}")
     dev = _device(device)
-    from kernelsearch.families import get
+    from kernelsearch.families import get, gluon
+    from kernelsearch.harness import guard
 
+    if guard.uses_gluon(candidate.read_text(errors="replace")) and gluon.why_not_on(dev):
+        raise BadInput(f"--candidate {candidate}: a Gluon kernel runs only on an sm_90 GPU: "
+                       f"{gluon.why_not_on(dev)}")
     fam = get(family)
     for d in dtype or []:
         if d not in fam.dtypes:
