@@ -18,20 +18,8 @@ PARTS=${PARTS:-"dense sparse_bf16"} PART_TIMEOUT_S=${PART_TIMEOUT_S:-200} \
 cp -f "$build"/*.json /tmp/library_h200_logs/ 2>/dev/null
 tar -czf "$out/build_logs.tgz" -C /tmp library_h200_logs
 echo "[library_h200] build done at $(( $(date +%s) - t0 ))s"
-METALTUNE_FLASHMLA_EXT=$(python3 - "$build" <<'PY'
-import json, sys, pathlib
-d = pathlib.Path(sys.argv[1])
-sos = []
-for p in ("dense", "sparse_bf16", "sparse_fp8"):
-    try:
-        r = json.loads((d / f"{p}.json").read_text())
-    except Exception:
-        continue
-    if r.get("ok"):
-        sos.append(r["so"])
-print(":".join(sos))
-PY
-)
+. "$(dirname "$0")/flashmla_ext.sh"
+METALTUNE_FLASHMLA_EXT=$(flashmla_ext "$build")
 export METALTUNE_FLASHMLA_EXT
 export PYTHONPATH="$PWD:$(cd "$kit" && pwd)/third_party/FlashMLA"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0

@@ -27,20 +27,8 @@ if [ "${BUILD:-1}" = 1 ]; then
   tar -czf "$out/build_logs.tgz" -C /tmp library_search_logs
 fi
 echo "[library_search] build done at $(( $(date +%s) - t0 ))s"
-METALTUNE_FLASHMLA_EXT=$("$PY" - "$build" <<'PY'
-import json, sys, pathlib
-d = pathlib.Path(sys.argv[1])
-sos = []
-for p in ("dense", "sparse_bf16", "sparse_fp8"):
-    try:
-        r = json.loads((d / f"{p}.json").read_text())
-    except Exception:
-        continue
-    if r.get("ok"):
-        sos.append(r["so"])
-print(":".join(sos))
-PY
-)
+. "$(dirname "$0")/flashmla_ext.sh"
+METALTUNE_FLASHMLA_EXT=$(flashmla_ext "$build" "$PY")
 export METALTUNE_FLASHMLA_EXT
 # the judge's child builds its environment from an allow-list: name the library's variable
 export KERNELSEARCH_SANDBOX_PASS_ENV=METALTUNE_FLASHMLA_EXT KERNELSEARCH_SANDBOX_USER=none
