@@ -391,8 +391,9 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
     """The candidate called many times in a row at the cheap shape (made one it takes by
     `fit`: a library kernel's page size, heads, top-k), as a serving loop does
     (thousands on a GPU; as many as STRESS_CPU_S allows on the interpreter), on the same
-    tensors, with a dozen calls at random indices (and the last) checked on fresh values:
-    a kernel that behaves for its first N calls fails `repeated_calls`. Returns the count."""
+    tensors, with a dozen calls at random indices (and the first and last) checked on fresh
+    values: a kernel that behaves for its first N calls fails `repeated_calls`. Returns the
+    count."""
     shape = tuple(family.cheap or family.tiny_shapes[0])
     shape = tuple(fit(shape)) if fit is not None else shape
     dtype = dtypes[0]
@@ -407,7 +408,8 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
         calls = rng.randint(2000, 5000)
         if device != "cuda":
             calls = max(12, min(calls, int(STRESS_CPU_S / per)))  # 11 in a row at least
-    checked = set(rng.sample(range(calls), min(calls, 12))) | {calls - 1}
+    # the first call is always checked: a later failure then follows calls that were right
+    checked = set(rng.sample(range(calls), min(calls, 12))) | {0, calls - 1}
     for i in range(calls):
         poison = poison_value(next(draws.poison), dtype)
         grad = next(draws.grad)
@@ -425,8 +427,9 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
             _checked_call(runner, family, args, dtype, device, where, poison, grad)
         except Rejected as r:
             # wrong values after calls that were right: the repetition is what shows it (a
-            # structural fault, a foreign type or no launch, keeps its own rule)
-            if r.rule not in ("tolerance", "unwritten", "non_finite"):
+            # structural fault, a foreign type or no launch, keeps its own rule; so does a
+            # kernel wrong on the first call, which any check would have seen)
+            if r.rule not in ("tolerance", "unwritten", "non_finite") or i == 0:
                 raise
             raise _fail("repeated_calls", f"({r.rule}) {r.detail}") from None
     if log is not None:
