@@ -29,4 +29,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # torch first, pinned to the CPU build, then the project with its test extras under the same pin
 .venv/bin/pip install -q -c constraints/cpu.txt "torch==$(sed -n 's/^torch==//p' constraints/cpu.txt)"
 .venv/bin/pip install -q -c constraints/cpu.txt -e ".[test]"
+# the H200's Triton, beside the venv's (never on its path): the Gluon kernels' compile check
+# for sm_90 on a machine without a GPU (constraints/gluon.txt)
+[ -d .venv/triton-gluon/triton ] || .venv/bin/pip install -q --no-deps --target .venv/triton-gluon \
+  -r constraints/gluon.txt
 echo "bootstrap: ready (.venv)"

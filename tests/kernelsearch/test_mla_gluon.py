@@ -1,11 +1,11 @@
-"""The Gluon MLA kernels (kernelsearch/families/mla_decode/gluon_wgmma.py and
-mla_sparse_decode/gluon_wgmma.py). Gluon does not
-run under TRITON_INTERPRET=1 (gluon.jit has no interpreter path: triton 3.9 on this CPU asks for
-a GPU driver, 3.6 on the H200 the same), so CI covers it two ways: on any machine, Triton
-compiles it for sm_90 from source (no GPU needed) and its PTX has the Hopper instructions it is
-written for; on a Hopper GPU, its output against the float64 reference on FlashMLA-style inputs
-(ragged, pages 64 and 16, NaN in every unread row). The H200 timings are in
-benchmarks/results/mla-new-families-h200-2026-12-01-run*.json."""
+"""The Gluon MLA kernels (kernelsearch/families/mla_decode/gluon_wgmma.py, gluon_pingpong.py and
+mla_sparse_decode/gluon_wgmma.py). Gluon does not run under TRITON_INTERPRET=1 (gluon.jit has no
+interpreter path: triton 3.9 on this CPU asks for a GPU driver, 3.6 on the H200 the same), so CI
+covers it two ways: on any machine, Triton 3.6 (the H200's, which bootstrap.sh installs beside
+the venv's 3.9) compiles it for sm_90 from source (no GPU needed) and its PTX has the Hopper
+instructions it is written for; on a Hopper GPU, its output against the float64 reference on
+FlashMLA-style inputs (ragged, pages 64 and 16, NaN in every unread row). The H200 timings are in
+benchmarks/results/mla-new-families-h200-2026-12-01-run*.json and mla-gluon-h200-2026-12-01-run3.*."""
 import importlib.util
 
 import pytest
@@ -86,33 +86,54 @@ for one in (False, True):
     out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
                 "cp_async": ptx.count("cp.async.bulk.tensor"), "shared": ck.metadata.shared,
                 "setmaxnreg": ptx.count("setmaxnreg"), "mbarrier": ptx.count("mbarrier.")})
+print("TRITON " + triton.__version__)
 print("RESULT " + json.dumps(out))
 """
 PINGPONG_FILE = DENSE.variants["gluon_pingpong"].file
 SPARSE_FILE = get("mla_sparse_decode").variants["gluon_wgmma"].file
 
 
-def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
-    """In a child without TRITON_INTERPRET (the suite's conftest sets it; this kernel is compiled,
-    never interpreted)."""
-    import json
+def _gluon_triton() -> tuple[dict, str]:
+    """The child's environment for the compile check: the H200's Triton that bootstrap.sh puts
+    beside the venv's (.venv/triton-gluon, constraints/gluon.txt), else the venv's own where it
+    has 3.6's Gluon names; (env, '') or ({}, why not)."""
     import os
-    import subprocess
     import sys
+    from pathlib import Path
 
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    side = Path(sys.prefix) / "triton-gluon"
+    root = str(Path(__file__).resolve().parents[2])
+    if (side / "triton").is_dir():
+        env["PYTHONPATH"] = os.pathsep.join([str(side), root])
+        return env, ""
     pytest.importorskip("triton.experimental.gluon")
     from kernelsearch.families import gluon
 
     if gluon._names_missing():  # the files are written against Triton 3.6's Gluon names
-        pytest.skip(f"this Triton lacks {gluon._names_missing()}")
+        return {}, f"this Triton lacks {gluon._names_missing()} and {side} is missing"
+    return env, ""
+
+
+def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
+    """In a child without TRITON_INTERPRET (the suite's conftest sets it; this kernel is compiled,
+    never interpreted), with Triton 3.6 (the H200's: what the files are written against)."""
+    import json
+    import subprocess
+    import sys
+
+    env, why = _gluon_triton()
+    if why:
+        pytest.skip(why)
     cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs),
                         str(SPARSE_FILE), str(PINGPONG_FILE)],
                        capture_output=True, text=True, env=env, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
     results = json.loads(line[0][7:])
+    if "PYTHONPATH" in env and "triton-gluon" in env["PYTHONPATH"]:  # the side install: 3.6
+        assert "TRITON 3.6.0" in r.stdout.splitlines(), r.stdout[-500:]
     assert len(results) == len(cfgs) + 3
     for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one"], results):
         assert res["sm90a"], cfg
