@@ -22,15 +22,16 @@ LIB = "flashmla{}"
 SPLITKV = {"BLOCK_H": 16, "BLOCK_N": 16, "GRID": 132, "STAGES": 1, "num_warps": 4}
 
 
-def _table(variant, config):
+def _table(variant, config, shape=SHAPE, **fields):
+    """A one-entry table for `shape`; `fields`: the entry's measured ones (speedup_vs_library)."""
     from kernelsearch.families import get
     from kernelsearch.table import DispatchTable, Entry
 
     fam = get("mla_decode")
-    dims = fam.dims_dict(SHAPE)
+    dims = fam.dims_dict(shape)
     return DispatchTable([Entry("mla_decode", "bfloat16", {k: dims[k] for k in fam.exact_dims},
                                 {k: [dims[k], dims[k]] for k in fam.range_dims}, variant,
-                                dict(config))])
+                                dict(config), **fields)])
 
 
 def _configs():
@@ -131,15 +132,15 @@ class _Decode:
 
 
 def _search(tmp_path, start, proposer=None, budget=3):
-    """Every choice of the slot drawn by the grid proposer (or `proposer(space)`'s candidates):
-    the trials and the evaluator."""
+    """Every choice of the slot drawn by the grid proposer (or `proposer(slot)`'s candidates):
+    the slot, the trials and the evaluator (its incumbent as the search left it)."""
     from kernelsearch import dispatch
     from tests.search.helpers import Scripted
     from tuner.host import open_host
     from tuner.proposers import make
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator
-    from tuner.search.mixed.space import TORCH, kernel_slots
+    from tuner.search.mixed.space import TORCH, kernel_slots, label
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
 
@@ -152,7 +153,9 @@ def _search(tmp_path, start, proposer=None, budget=3):
         ev = build_evaluator({}, wl, guard, {}, slots, start, rounds=1, repeats=1)
         ev.verdicts.update(_judged(s, v, 1.0 if v == LIB else 1.5,
                                    kind="library" if v == LIB else "triton")
-                           for v in set(s.choices) | {LIB} if v != TORCH)
+                           for v in set(s.choices) | {LIB} | {
+                               label(e.variant, e.config) for e in (start.entries if start else [])}
+                           if v != TORCH)
         ev.measure_incumbent()
         prop = make("grid", ev.joint.space, budget=budget) if proposer is None \
             else Scripted(ev.joint.space, proposer(s))
@@ -161,7 +164,7 @@ def _search(tmp_path, start, proposer=None, budget=3):
     finally:
         guard.close()
         dispatch.install(None)
-    return s, trials
+    return s, trials, ev
 
 
 def _ab(trials):
@@ -175,7 +178,7 @@ def _ab(trials):
 
 
 def test_no_op_library_choice_never_reaches_the_ab(tmp_path, flash_mla):
-    s, trials = _search(tmp_path, None)
+    s, trials, _ = _search(tmp_path, None)
     ab = _ab(trials)
     assert LIB not in ab, [(t.measurements.get("changed"), t.reason) for t in trials]
     # every choice that changes what runs was measured, each once
@@ -183,7 +186,7 @@ def test_no_op_library_choice_never_reaches_the_ab(tmp_path, flash_mla):
 
 
 def test_library_choice_replacing_a_triton_entry_reaches_the_ab(tmp_path, flash_mla):
-    s, trials = _search(tmp_path, _table("splitkv", SPLITKV))
+    s, trials, _ = _search(tmp_path, _table("splitkv", SPLITKV))
     assert _ab(trials).get(LIB) == 1, [(t.measurements.get("changed"), t.reason) for t in trials]
 
 
@@ -192,7 +195,7 @@ def test_no_op_library_choice_from_elsewhere_is_a_duplicate(tmp_path, flash_mla)
     fallback already runs is turned away at the duplicate gate, never judged or measured."""
     from tuner.trial import Candidate
 
-    s, trials = _search(tmp_path, None, budget=1,
+    s, trials, _ = _search(tmp_path, None, budget=1,
                         proposer=lambda s: [Candidate(kernels=[s.choice(LIB)])])
     (t,) = trials
     assert (t.verdict, t.reason) == ("rejected", "duplicate"), t.gates

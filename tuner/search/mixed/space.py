@@ -7,6 +7,9 @@
   `max_choices - 1` valid (variant, config) choices of the family's space at that shape. No two
   choices of a slot run the same kernel there (`Slot.runs`): with no entry dispatch runs the best
   installed library kernel, so an entry naming that library would be an A/B that changes nothing.
+  A slot's incumbent is what dispatch runs with the start table (`Slot.covered_by`): an entry
+  measured behind the library found here gives way to it, so the incumbent there is the library,
+  and the tables the search builds keep such entries as measured (`Incumbent.table`).
 
 Dimensions are interleaved by kind (host, runtime, kernel, host, ...) so a coordinate sweep meets
 every kind early. A point maps to a Candidate holding only what differs from the incumbent
@@ -67,7 +70,8 @@ class Slot:
         return KernelChoice(family=self.family, variant=v, config=cfg, shape_bucket=self.bucket)
 
     def entry(self, value: str) -> Any:
-        """The dispatch-table entry for a kernel choice: this exact shape, nothing else."""
+        """The dispatch-table entry for a kernel choice: this exact shape, nothing else. It has
+        no `speedup_vs_library`, so dispatch runs it even where a library is found."""
         from kernelsearch.families import get
         from kernelsearch.table import Entry
 
@@ -77,6 +81,25 @@ class Slot:
         return Entry(self.family, self.dtype, {k: dims[k] for k in fam.exact_dims},
                      {k: [dims[k], dims[k]] for k in fam.range_dims}, v or "", dict(cfg),
                      measured=[{"shape": list(self.shape), "by": "metaltune search mixed"}])
+
+    def narrowed(self, table: Any) -> list[Any]:
+        """`table`'s entries that cover this shape, in order, each narrowed to it and keeping
+        what was measured (`speedup`, `speedup_vs_library`, `measured`): at this shape dispatch
+        does with them exactly what it does with `table` (an entry measured behind the library
+        still gives way to it here, and still runs where the library is absent)."""
+        import copy
+        from dataclasses import replace
+
+        from kernelsearch.families import get
+
+        if not table:
+            return []
+        fam = get(self.family)
+        dims = fam.dims_dict(self.shape)
+        return [replace(copy.deepcopy(e), match={k: dims[k] for k in fam.exact_dims},
+                        ranges={k: [dims[k], dims[k]] for k in fam.range_dims})
+                for e in table.entries
+                if e.family == self.family and e.dtype == self.dtype and e.covers(dims)]
 
     def runs(self, value: str) -> str:
         """What dispatch runs at this shape (the only one a slot serves) for choice `value`, as a
@@ -91,11 +114,15 @@ class Slot:
             self.family, self.dtype, get(self.family).dims_dict(self.shape))
         return label(variant, e.config if e is not None else {})
 
-    def covered_by(self, table: Any) -> Optional[str]:
-        """The label of the entry `table` uses at this shape, or "torch"."""
+    def covered_by(self, table: Any) -> str:
+        """The label of the entry dispatch runs at this shape with `table`
+        (`DispatchTable.choose`), or "torch" where it falls back: no entry covers the shape,
+        or the one that does gives way to the library found here, or names one not found."""
         from kernelsearch.families import get
 
-        e = table.lookup(self.family, self.dtype, get(self.family).dims_dict(self.shape)) if table else None
+        if not table:
+            return TORCH
+        _, e, _ = table.choose(self.family, self.dtype, get(self.family).dims_dict(self.shape))
         return TORCH if e is None else label(e.variant, e.config)
 
 
@@ -205,13 +232,36 @@ class Incumbent:
     runtime: dict[str, Any]
     kernels: dict[str, str]  # slot name -> label
     base_entries: list[Any] = field(default_factory=list)  # table entries of unsearched families
+    # slot name -> (its label at the start, the start table's entries there: Slot.narrowed)
+    start: dict[str, tuple[str, list[Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def at_start(cls, host: dict[str, Any], runtime: dict[str, Any], slots: Iterable[Slot],
+                 start_table: Any = None) -> "Incumbent":
+        """The incumbent before any trial: each slot's choice is what dispatch runs there with
+        the start table (an entry that gives way to the library is not what runs)."""
+        slots = list(slots)
+        searched = {s.family for s in slots}
+        start = {s.name: (s.covered_by(start_table), s.narrowed(start_table)) for s in slots}
+        return cls(host, runtime, {n: v for n, (v, _) in start.items()},
+                   [e for e in (start_table.entries if start_table else [])
+                    if e.family not in searched], start)
 
     def table(self, kernels: Optional[dict[str, str]] = None, slots: Iterable[Slot] = ()) -> Any:
-        """A DispatchTable: a kernel entry per non-torch slot, then the unsearched entries."""
+        """A DispatchTable: each slot's entry, then the unsearched entries. A slot still at its
+        start choice keeps the start table's entries there as measured (their
+        `speedup_vs_library` decides whether they give way to a library); any other non-torch
+        choice is a new entry, which runs."""
         from kernelsearch.table import DispatchTable
 
         choice = self.kernels if kernels is None else kernels
-        entries = [s.entry(choice[s.name]) for s in slots if choice.get(s.name, TORCH) != TORCH]
+        entries: list[Any] = []
+        for s in slots:
+            v = choice.get(s.name, TORCH)
+            if s.name in self.start and v == self.start[s.name][0]:
+                entries += self.start[s.name][1]
+            elif v != TORCH:
+                entries.append(s.entry(v))
         return DispatchTable(entries + list(self.base_entries))
 
 
