@@ -474,11 +474,16 @@ def test_fp8_rows_hold_the_v32_layout():
 
 
 def test_mixed_search_slots_offer_the_library_kernel(flash_mla):
+    """With no entry the slot's "torch" choice runs the library already (no second choice for
+    it: tests/search/test_mixed_library_noop.py); over a Triton entry it is offered by name."""
     from tuner.search.mixed.space import TORCH, kernel_slots
 
     calls = [("mla_decode", "bfloat16", (2, 16, 130, 64, 1))]
     (s,) = kernel_slots(calls, None, max_choices=3)
-    assert s.choices[0] == TORCH and s.choices[1] == "flashmla{}"
+    assert s.choices[0] == TORCH and s.runs(TORCH) == "flashmla{}" and "flashmla{}" not in s.choices
+    (s,) = kernel_slots(calls, None, max_choices=3,
+                        start_table=DispatchTable([_tma_entry(100, 200)]))
+    assert s.choices[0] == "flashmla{}" and s.choices[1].startswith("splitkv")
 
 
 def test_search_summary_reports_both_yardsticks():

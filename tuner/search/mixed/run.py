@@ -172,13 +172,8 @@ def build_evaluator(knobs: dict[str, Any], workload: Tunable, guard: Any,
     from tuner.search.mixed.space import Incumbent, JointSpace
     from tuner.search.runtime import RuntimeEvaluator
 
-    searched = {s.family for s in slots}
-    inc = Incumbent(
-        host={n: k.read() for n, k in knobs.items()},
-        runtime=workload.runtime_settings(),
-        kernels={s.name: s.covered_by(start_table) for s in slots},
-        base_entries=[e for e in (start_table.entries if start_table else [])
-                      if e.family not in searched])
+    inc = Incumbent.at_start({n: k.read() for n, k in knobs.items()},
+                             workload.runtime_settings(), slots, start_table)
     joint = JointSpace(knobs, runtime_dims, slots, inc)
     host_ev = HostEvaluator(knobs, workload, guard, incumbent=inc.host, timeout_s=timeout_s)
     rt_ev = RuntimeEvaluator(workload, incumbent=inc.runtime, rounds=rounds, repeats=repeats,

@@ -4,7 +4,12 @@
 - runtime: `runtime.<setting>` over a few values (the holistic workload's `Runtime` fields);
 - kernels: one slot per (family, dtype, shape) the workload actually calls (traced by running it
   once), `kernel.<family>.<dtype>.<shape>`, a categorical over "torch" (no table entry) and up to
-  `max_choices - 1` valid (variant, config) choices of the family's space at that shape.
+  `max_choices - 1` valid (variant, config) choices of the family's space at that shape. No two
+  choices of a slot run the same kernel there (`Slot.runs`): with no entry dispatch runs the best
+  installed library kernel, so an entry naming that library would be an A/B that changes nothing.
+  A slot's incumbent is what dispatch runs with the start table (`Slot.covered_by`): an entry
+  measured behind the library found here gives way to it, so the incumbent there is the library,
+  and the tables the search builds keep such entries as measured (`Incumbent.table`).
 
 Dimensions are interleaved by kind (host, runtime, kernel, host, ...) so a coordinate sweep meets
 every kind early. A point maps to a Candidate holding only what differs from the incumbent
@@ -49,7 +54,7 @@ class Slot:
     family: str
     dtype: str
     shape: tuple[int, ...]
-    choices: tuple[str, ...]  # labels, "torch" first
+    choices: tuple[str, ...]  # labels, the one that runs what no entry runs first
     variants: Optional[tuple[str, ...]] = None  # the only variants this slot's call path runs
 
     @property
@@ -65,7 +70,8 @@ class Slot:
         return KernelChoice(family=self.family, variant=v, config=cfg, shape_bucket=self.bucket)
 
     def entry(self, value: str) -> Any:
-        """The dispatch-table entry for a kernel choice: this exact shape, nothing else."""
+        """The dispatch-table entry for a kernel choice: this exact shape, nothing else. It has
+        no `speedup_vs_library`, so dispatch runs it even where a library is found."""
         from kernelsearch.families import get
         from kernelsearch.table import Entry
 
@@ -76,11 +82,47 @@ class Slot:
                      {k: [dims[k], dims[k]] for k in fam.range_dims}, v or "", dict(cfg),
                      measured=[{"shape": list(self.shape), "by": "metaltune search mixed"}])
 
-    def covered_by(self, table: Any) -> Optional[str]:
-        """The label of the entry `table` uses at this shape, or "torch"."""
+    def narrowed(self, table: Any) -> list[Any]:
+        """`table`'s entries that cover this shape, in order, each narrowed to it and keeping
+        what was measured (`speedup`, `speedup_vs_library`, `measured`): at this shape dispatch
+        does with them exactly what it does with `table` (an entry measured behind the library
+        still gives way to it here, and still runs where the library is absent)."""
+        import copy
+        from dataclasses import replace
+
         from kernelsearch.families import get
 
-        e = table.lookup(self.family, self.dtype, get(self.family).dims_dict(self.shape)) if table else None
+        if not table:
+            return []
+        fam = get(self.family)
+        dims = fam.dims_dict(self.shape)
+        return [replace(copy.deepcopy(e), match={k: dims[k] for k in fam.exact_dims},
+                        ranges={k: [dims[k], dims[k]] for k in fam.range_dims})
+                for e in table.entries
+                if e.family == self.family and e.dtype == self.dtype and e.covers(dims)]
+
+    def runs(self, value: str) -> str:
+        """What dispatch runs at this shape (the only one a slot serves) for choice `value`, as a
+        label: its entry's choice where dispatch uses the entry, else the best installed library
+        kernel offered here (no entry: "torch" runs that; an entry naming a library not found),
+        else "torch". Choices that run the same are one choice (kernelsearch.table.FALLBACK;
+        on CUDA tensors, the only ones library kernels take)."""
+        from kernelsearch.families import get
+        from kernelsearch.table import DispatchTable
+
+        _, e, variant = DispatchTable([] if value == TORCH else [self.entry(value)]).choose(
+            self.family, self.dtype, get(self.family).dims_dict(self.shape))
+        return label(variant, e.config if e is not None else {})
+
+    def covered_by(self, table: Any) -> str:
+        """The label of the entry dispatch runs at this shape with `table`
+        (`DispatchTable.choose`), or "torch" where it falls back: no entry covers the shape,
+        or the one that does gives way to the library found here, or names one not found."""
+        from kernelsearch.families import get
+
+        if not table:
+            return TORCH
+        _, e, _ = table.choose(self.family, self.dtype, get(self.family).dims_dict(self.shape))
         return TORCH if e is None else label(e.variant, e.config)
 
 
@@ -101,8 +143,11 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
     The suggested choices count towards `max_choices` but are never cut: a table measured for
     this GPU is the first thing worth measuring. `variants` (family -> names) limits a family to
     the variants the workload's call path runs (the HF patch's static-cache attention runs only
-    flashdec): any other choice would be measured as the torch path, a no-op change."""
-    from kernelsearch.families import get
+    flashdec): any other choice would be measured as the torch path, a no-op change. A choice
+    that runs what an earlier one runs (`Slot.runs`) is left out: where the library is found,
+    "torch" (no entry) and the library's own entry are one choice, the start table's when it is
+    one of them, else the library's (it says what runs)."""
+    from kernelsearch.families import get, library
     from tuner.proposers.classic import spread
 
     out = []
@@ -118,19 +163,32 @@ def kernel_slots(calls: Iterable[tuple[str, str, tuple[int, ...]]], families: Op
             continue
         slot = Slot(family, dtype, tuple(shape), (), allowed)
         start = slot.covered_by(start_table)
-        picks = [TORCH] + ([start] if start != TORCH else [])
         # the best installed library kernel at this shape: the yardstick, never cut
-        from kernelsearch.families import library
+        lib = [x for x in (label(n, {}) for n in library.offered(fam, shape, dtype)[:1])
+               if x in configs]
+        nothing = slot.runs(TORCH)  # what runs with no entry
+        first = start if slot.runs(start) == nothing else next(
+            (x for x in lib if slot.runs(x) == nothing), TORCH)
+        picks: list[str] = []
+        ran: set[str] = set()  # what the picks run
 
-        picks += [x for x in (label(n, {}) for n in library.offered(fam, shape, dtype)[:1])
-                  if x in configs and x not in picks]
+        def add(x: str) -> None:
+            r = slot.runs(x)
+            if r not in ran:
+                ran.add(r)
+                picks.append(x)
+
+        for x in [first, start] + lib:
+            add(x)
         for t in suggest:
             v = slot.covered_by(t)
-            if v not in picks and (v.startswith("src:") or v in configs):
-                picks.append(v)  # a config outside the slot's configs would fail the gate
-        picks += [x for x in (label(v, c) for v, c in (sources or {}).get(family, []))
-                  if x not in picks][:max(0, max_choices - len(picks) - 1)]
-        rest = [c for c in configs if c not in picks]
+            if v.startswith("src:") or v in configs:
+                add(v)  # a config outside the slot's configs would fail the gate
+        for x in [label(v, c) for v, c in (sources or {}).get(family, [])]:
+            if len(picks) >= max_choices - 1:
+                break
+            add(x)
+        rest = [c for c in configs if slot.runs(c) not in ran]
         picks += spread(rest, max(0, max_choices - len(picks)))
         out.append(Slot(family, dtype, tuple(shape), tuple(picks), allowed))
     return out
@@ -174,13 +232,36 @@ class Incumbent:
     runtime: dict[str, Any]
     kernels: dict[str, str]  # slot name -> label
     base_entries: list[Any] = field(default_factory=list)  # table entries of unsearched families
+    # slot name -> (its label at the start, the start table's entries there: Slot.narrowed)
+    start: dict[str, tuple[str, list[Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def at_start(cls, host: dict[str, Any], runtime: dict[str, Any], slots: Iterable[Slot],
+                 start_table: Any = None) -> "Incumbent":
+        """The incumbent before any trial: each slot's choice is what dispatch runs there with
+        the start table (an entry that gives way to the library is not what runs)."""
+        slots = list(slots)
+        searched = {s.family for s in slots}
+        start = {s.name: (s.covered_by(start_table), s.narrowed(start_table)) for s in slots}
+        return cls(host, runtime, {n: v for n, (v, _) in start.items()},
+                   [e for e in (start_table.entries if start_table else [])
+                    if e.family not in searched], start)
 
     def table(self, kernels: Optional[dict[str, str]] = None, slots: Iterable[Slot] = ()) -> Any:
-        """A DispatchTable: a kernel entry per non-torch slot, then the unsearched entries."""
+        """A DispatchTable: each slot's entry, then the unsearched entries. A slot still at its
+        start choice keeps the start table's entries there as measured (their
+        `speedup_vs_library` decides whether they give way to a library); any other non-torch
+        choice is a new entry, which runs."""
         from kernelsearch.table import DispatchTable
 
         choice = self.kernels if kernels is None else kernels
-        entries = [s.entry(choice[s.name]) for s in slots if choice.get(s.name, TORCH) != TORCH]
+        entries: list[Any] = []
+        for s in slots:
+            v = choice.get(s.name, TORCH)
+            if s.name in self.start and v == self.start[s.name][0]:
+                entries += self.start[s.name][1]
+            elif v != TORCH:
+                entries.append(s.entry(v))
         return DispatchTable(entries + list(self.base_entries))
 
 
@@ -286,13 +367,15 @@ class JointSpace:
         return None if v is None or v not in d.values else d.values[d.index(v)]
 
     def kernel_changes(self, c: Candidate) -> dict[str, str]:
-        """{slot name: label} for the candidate's shipped-variant kernel choices that differ from
-        the incumbent (KeyError for a choice no slot has: the gate catches it first)."""
+        """{slot name: label} for the candidate's shipped-variant kernel choices that change what
+        runs at their slot (`Slot.runs`; KeyError for a choice no slot has: the gate catches it
+        first). A candidate from outside the space naming the library the incumbent's fallback
+        already runs changes nothing: the duplicate gate turns it away."""
         out = {}
         for k in c.kernels:
             s = self.by_bucket[(k.family, k.shape_bucket or "")]
-            v = label(k.variant, k.config)
-            if v != self.incumbent.kernels.get(s.name, TORCH):
+            v, inc = label(k.variant, k.config), self.incumbent.kernels.get(s.name, TORCH)
+            if v != inc and s.runs(v) != s.runs(inc):
                 out[s.name] = v
         return out
 
