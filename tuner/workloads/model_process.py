@@ -14,7 +14,20 @@ a reply is data, a Measurement validated by pydantic here.
 A failure of the process (it died, gave no answer in time, could not be started confined) is
 `ModelProcessFailed`, a WorkloadFailed with a reason code (`model_crashed`, `model_timeout`,
 `model_refused`): the evaluator records it as the trial's reason and the next request starts a
-fresh process with the same runtime and table."""
+fresh process with the same runtime and table.
+
+One process per set of stored sources. A stored source is written by a proposer and hostile
+until proven otherwise; once imported it stays loaded, and whatever it left behind (module-level
+patches, caches, torch or allocator state) would bias the next table measured in that process:
+the incumbent's side of the same A/B, or the next trial. So a process never serves two tables
+whose sets of stored-source digests (`DispatchTable.sources()`) differ: `ModelWorkload` keys
+its processes by that set, starts a fresh one (same recipe, runtime, confinement) for a set it
+has none for, and keeps two at most: the installed table's set and the one installed before it
+(in a search, the incumbent's and the current candidate's: the evaluator installs the incumbent
+before and after every candidate, and a kept candidate's set simply stays). Tables of shipped
+variants only have the empty set and share one process (shipped code is trusted). The cost: a
+model build (the process's start) per candidate trial that carries stored sources, none for a
+shipped-only candidate."""
 from __future__ import annotations
 
 import dataclasses
@@ -302,10 +315,20 @@ class ModelProcess:
         shutil.rmtree(private, ignore_errors=True)
 
 
+@dataclasses.dataclass
+class _Served:
+    """One model process of a ModelWorkload and what it was given."""
+
+    mp: ModelProcess
+    installed: bool  # the table last named for its set is installed there
+    runtime: Optional[dict[str, Any]] = None  # what was configured there
+
+
 class ModelWorkload:
-    """Tunable (tuner.workloads.base) whose model runs in a `ModelProcess`; the process is
-    started now (what it reports: device, runtime settings, first-step benchmark) and again
-    after a failure, with the runtime configured and the table installed as before."""
+    """Tunable (tuner.workloads.base) whose model runs in `ModelProcess`es, one per set of stored
+    sources (the module doc); every call goes to the installed table's. The first is started
+    now (what it reports: device, runtime settings, first-step benchmark), a set's again after
+    a failure, with the runtime configured and the table installed as before."""
 
     def __init__(self, recipe: Recipe, start_timeout_s: float = 900.0,
                  call_timeout_s: float = 600.0, sandbox_user: Optional[str] = None,
@@ -316,13 +339,14 @@ class ModelWorkload:
         #: as long as the timeout again, 300 s at least
         self.grace_s = grace_s
         self.call_timeout_s, self.sandbox_user = call_timeout_s, sandbox_user
-        self._mp: Optional[ModelProcess] = None
+        self._procs: dict[frozenset[str], _Served] = {}
+        self._set: frozenset[str] = frozenset()  # the installed table's sources: its process
+        self._before: Optional[frozenset[str]] = None  # the set installed before it (kept alive)
         self._runtime: Optional[dict[str, Any]] = None  # what was configured, for a restart
         self._settings: Optional[dict[str, Any]] = None  # the runtime in force there
         self._table: Optional[dict[str, Any]] = None
         self._shas: list[str] = []
         self._store: Optional[Path] = None
-        self._installed = True  # no table yet: nothing to send
         self.last_install: Optional[dict[str, Any]] = None  # its stats after the last install
         self._quarantined: set[str] = set()  # by quarantine_caught
         info = self.process().info
@@ -332,37 +356,58 @@ class ModelWorkload:
         self.first_step_s: Optional[Callable[[], float]] = \
             self._first_step if info["first_step"] else None
 
-    # -- the process -------------------------------------------------------------------------
+    # -- the processes -----------------------------------------------------------------------
     def process(self) -> ModelProcess:
-        """The running process, a fresh one (runtime and table re-sent) if it is gone."""
-        if self._mp is None or not self._mp.alive():
-            self._mp = None
-            mp = ModelProcess(self.recipe, self.start_timeout_s, self.sandbox_user)
-            if self._runtime is not None:
-                self._settings = mp.call("configure", self.call_timeout_s,
-                                         runtime=self._runtime)
-            self._mp, self._installed = mp, self._table is None
-        return self._mp
+        """The installed table's set's running process, configured with the runtime; a fresh
+        one (runtime and table re-sent) if it has none or it is gone."""
+        s = self._procs.get(self._set)
+        if s is None or not s.mp.alive():
+            if s is not None:
+                del self._procs[self._set]
+                s.mp.close()  # what a failure left: its temp dirs
+            s = _Served(ModelProcess(self.recipe, self.start_timeout_s, self.sandbox_user),
+                        installed=self._table is None)
+            self._procs[self._set] = s
+        if self._runtime is not None and s.runtime != self._runtime:
+            got = s.mp.call("configure", self.call_timeout_s, runtime=self._runtime)
+            s.runtime = dict(self._runtime)
+            self._settings = got if isinstance(got, dict) else self._settings
+        return s.mp
 
     @property
     def pid(self) -> Optional[int]:
-        return self._mp.pid if self._mp is not None and self._mp.alive() else None
+        """The installed table's process (None: it has none running)."""
+        s = self._procs.get(self._set)
+        return s.mp.pid if s is not None and s.mp.alive() else None
+
+    def pids(self) -> dict[frozenset[str], int]:
+        """Every running model process, by the set of stored sources it serves."""
+        return {k: s.mp.pid for k, s in self._procs.items() if s.mp.alive()}
 
     def _ready(self) -> ModelProcess:
         mp = self.process()
-        if not self._installed:
+        s = self._procs[self._set]
+        if not s.installed:
             mp.copy_sources(self._shas, self._store)
             self.last_install = mp.call("install", self.call_timeout_s, table=self._table,
                                         store=str(mp.store))
-            self._installed = True
+            s.installed = True
         return mp
 
     def install_table(self, table: Any, store_dir: Optional[Path] = None) -> None:
-        """Install `table` where the model runs (sent with the next request that runs it)."""
+        """Install `table` where the model runs (sent with the next request that runs it), in
+        the process of its set of stored sources; any process whose set is neither this one's
+        nor the one installed before it is closed."""
         self._table = table.to_dict() if table is not None else None
         self._shas = list(table.sources()) if table is not None else []
         self._store = Path(store_dir) if store_dir is not None else None
-        self._installed = False
+        new = frozenset(self._shas)
+        if new != self._set:
+            self._before, self._set = self._set, new
+            for k in [k for k in self._procs if k not in (new, self._before)]:
+                self._procs.pop(k).mp.close()
+        if self._set in self._procs:
+            self._procs[self._set].installed = False
 
     def stats(self) -> dict[str, Any]:
         """pid, uid, confinement, dispatch stats and the stored sources' modules there."""
@@ -370,13 +415,16 @@ class ModelWorkload:
 
     # -- Tunable -------------------------------------------------------------------------------
     def configure(self, runtime: Optional[Mapping[str, Any]]) -> None:
+        """Now in the installed table's process; in another when it next serves."""
         self._runtime = dict(runtime or {})
-        if self._mp is not None and self._mp.alive():
+        s = self._procs.get(self._set)
+        if s is not None and s.mp.alive():
             try:
-                got = self._mp.call("configure", self.call_timeout_s, runtime=self._runtime)
+                got = s.mp.call("configure", self.call_timeout_s, runtime=self._runtime)
+                s.runtime = dict(self._runtime)
                 self._settings = got if isinstance(got, dict) else self._settings
-            except ModelProcessFailed:
-                self.close()  # the next request starts a fresh one, configured so; it says why
+            except ModelProcessFailed:  # the next request starts a fresh one, configured so;
+                self._procs.pop(self._set).mp.close()  # it says why
 
     def measure(self, repeats: int = 5, timeout_s: Optional[float] = None) -> Any:
         from tuner.trial import Measurement
@@ -454,6 +502,6 @@ class ModelWorkload:
         pass  # the process drops its runners itself when a table is installed there
 
     def close(self) -> None:
-        if self._mp is not None:
-            self._mp.close()
-            self._mp = None
+        for s in self._procs.values():
+            s.mp.close()
+        self._procs.clear()

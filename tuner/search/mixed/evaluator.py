@@ -17,9 +17,12 @@ the transaction rolls the host back, and the table and runtime are restored.
 
 Tables go where the model runs: a workload with `install_table` (a model process,
 tuner.workloads.model_process) gets each side's table there, so no stored source is ever
-imported by this process; its failures (crash, timeout, refusal) are the trial's reason. A
-workload in this process gets tables of shipped variants only (`dispatch.install` here); a
-stored source is refused for it at the gate (`not_installable`).
+imported by this process; a table is served by the process of its set of stored sources, so
+the incumbent's side is never measured where a candidate's source was imported (`_use`
+installs the incumbent before and after every candidate: the two processes kept alive are the
+incumbent's and the candidate's); its failures (crash, timeout, refusal) are the trial's
+reason. A workload in this process gets tables of shipped variants only (`dispatch.install`
+here); a stored source is refused for it at the gate (`not_installable`).
 """
 from __future__ import annotations
 
