@@ -293,7 +293,7 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
     from kernelsearch.harness.sandbox import module_name
     from kernelsearch.store import SourceStore, environment
     from tuner.host import open_host
-    from tests.search.helpers import Scripted
+    from tests.search.helpers import Scripted, record_model_stats
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator, model_workload
     from tuner.search.mixed.space import kernel_slots, label, stored_sources
@@ -323,14 +323,7 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
         refused = here._kernels_known(Candidate(kernels=[slot.choice(choice)]))
         ev = build_evaluator({}, wl, guard, {}, slots, store_dir=store.root)
         ev.measure_incumbent()
-        ran, real = [], wl.llama.measure  # the model process's stats with each measurement
-
-        def measure(repeats=5, timeout_s=None):
-            m = real(repeats, timeout_s)
-            ran.append(m.extra["model_process"])
-            return m
-
-        wl.llama.measure = measure
+        ran = record_model_stats(wl)  # the model process's stats with each measurement
         unknown = KernelChoice(family="rmsnorm", variant="src:" + "e" * 64, config={},
                                shape_bucket=slot.bucket)
         with TrialStore.in_state_dir(tmp_path / "state") as ts:

@@ -25,7 +25,7 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
 
     from kernelsearch.harness.sandbox import module_name
     from kernelsearch.store import SourceStore, environment
-    from tests.search.helpers import Scripted
+    from tests.search.helpers import Scripted, record_model_stats
     from tuner.host import open_host
     from tuner.search import loop
     from tuner.search.mixed.run import build_evaluator, model_workload
@@ -53,14 +53,7 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
     try:
         ev = build_evaluator({}, wl, guard, {}, slots, store_dir=store.root)
         ev.measure_incumbent()
-        ran, real = [], wl.llama.measure  # the model process's stats with each measurement
-
-        def measure(repeats=5, timeout_s=None):
-            m = real(repeats, timeout_s)
-            ran.append(m.extra["model_process"])
-            return m
-
-        wl.llama.measure = measure
+        ran = record_model_stats(wl)  # the model process's stats with each measurement
         with TrialStore.in_state_dir(tmp_path / "state") as ts:
             (t,) = loop.run(Scripted(ev.joint.space, [Candidate(kernels=[slot.choice(choice)])]),
                             ev, ts, ts.new_run("search-mixed", {}), 1).trials
