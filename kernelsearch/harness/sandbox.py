@@ -180,27 +180,25 @@ def _hook_on() -> None:
             chain.add(_on_launch)
             _unhook.append(lambda: chain.remove(_on_launch))
             return
-        prev = chain  # one hook or None (Triton 3.4): ours first, then whatever was there
-
-        def both(md, _prev=prev):
-            _on_launch(md)
-            if _prev is not None:
-                _prev(md)
-
-        rt.launch_enter_hook = both
-        _unhook.append(lambda: setattr(rt, "launch_enter_hook", prev))
+        _hook_before(rt)  # one hook or None (Triton 3.4)
         return
     from triton.compiler import CompiledKernel  # Triton < 3.4
 
-    prev = CompiledKernel.launch_enter_hook
+    _hook_before(CompiledKernel)
 
-    def both_old(md, _prev=prev):
+
+def _hook_before(owner) -> None:
+    """`owner.launch_enter_hook` (a plain hook or None) becomes ours first, then whatever was
+    there; undone by `_unhook`."""
+    prev = owner.launch_enter_hook
+
+    def both(md, _prev=prev):
         _on_launch(md)
         if _prev is not None:
             _prev(md)
 
-    CompiledKernel.launch_enter_hook = both_old
-    _unhook.append(lambda: setattr(CompiledKernel, "launch_enter_hook", prev))
+    owner.launch_enter_hook = both
+    _unhook.append(lambda: setattr(owner, "launch_enter_hook", prev))
 
 
 def _hook_off() -> None:

@@ -29,10 +29,10 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from kernelsearch import dispatch
-from kernelsearch.harness import sandbox  # noqa: E402
 from kernelsearch.integrations import transformers as mt
 from kernelsearch.store import SourceStore, environment
 from tests.daemon.conftest import REPO, base_env, metaltune, write_config
+from tests.kernelsearch.canary_helpers import go_wrong  # noqa: E402
 from tests.kernelsearch.test_store import ACCEPTED, SRC
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the daemon's socket is root-only")
@@ -94,24 +94,14 @@ def _run_until_caught(state: Path, llama) -> dict:
         assert torch.allclose(_logits(m.model, ids), plain, atol=1e-4)
         calls += dispatch.stats()["kernel"] - k0
     assert dispatch.incidents()[seen:] == []
-    mod = sys.modules[sandbox.module_name(SRC)]
-    real = mod._scale
-
-    class Doubling:  # from now on the launch writes twice the right answer
-        def __getitem__(self, grid):
-            def launch(X, W, Y, *a, **k):
-                real[grid](X, W, Y, *a, **k)
-                Y.mul_(2.0)
-            return launch
-
-    mod._scale = Doubling()
+    undo = go_wrong()  # from now on the launch writes twice the right answer
     try:
         for _ in range(16):
             _logits(m.model, ids)
             if dispatch.incidents()[seen:]:
                 break
     finally:
-        mod._scale = real
+        undo()
     (inc,) = dispatch.incidents()[seen:]
     return inc
 

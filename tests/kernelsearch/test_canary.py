@@ -7,16 +7,15 @@ its entry removed, an incident recorded naming its digest, the source quarantine
 logits."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
 
 from kernelsearch import canary, dispatch
-from kernelsearch.harness import sandbox
 from kernelsearch.integrations import transformers as mt
 from kernelsearch.store import SourceStore, environment
 from kernelsearch.table import DispatchTable, Entry
+from tests.kernelsearch.canary_helpers import go_wrong
 from tests.kernelsearch.test_store import ACCEPTED, SRC
 from tuner.workloads.hf import HFModel
 
@@ -58,19 +57,9 @@ def test_a_source_that_goes_wrong_in_use_is_caught_removed_and_quarantined(tmp_p
             assert torch.allclose(_logits(model, ids), plain, atol=1e-4)
             calls += dispatch.stats()["kernel"] - s0
         assert dispatch.incidents() == [] and dispatch.canary_stats()["replays"] >= 2
-        mod = sys.modules[sandbox.module_name(SRC)]
-        real = mod._scale
-
-        class Doubling:  # from now on the launch writes twice the right answer
-            def __getitem__(self, grid):
-                def launch(X, W, Y, *a, **k):
-                    real[grid](X, W, Y, *a, **k)
-                    Y.mul_(2.0)
-                return launch
-
-        mod._scale = Doubling()
+        go_wrong()  # from now on the launch writes twice the right answer
         for _ in range(8):  # at most 1/rate calls later it is caught
-            out = _logits(model, ids)
+            _logits(model, ids)
             if dispatch.incidents():
                 break
         (inc,) = dispatch.incidents()

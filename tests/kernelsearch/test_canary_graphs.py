@@ -12,15 +12,14 @@
   recapture). That test needs a GPU (skipped here without one)."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
 
 from kernelsearch import dispatch
-from kernelsearch.harness import sandbox
 from kernelsearch.store import SourceStore, environment
 from kernelsearch.table import DispatchTable, Entry
+from tests.kernelsearch.canary_helpers import go_wrong
 from tests.kernelsearch.test_store import ACCEPTED, SRC
 
 COLS = 64
@@ -45,21 +44,6 @@ def _install(tmp_path, device: str) -> str:
     return sha
 
 
-def _go_wrong():
-    mod = sys.modules[sandbox.module_name(SRC)]
-    real = mod._scale
-
-    class Doubling:
-        def __getitem__(self, grid):
-            def launch(X, W, Y, *a, **k):
-                real[grid](X, W, Y, *a, **k)
-                Y.mul_(2.0)
-            return launch
-
-    mod._scale = Doubling()
-    return lambda: setattr(mod, "_scale", real)
-
-
 def _ref(x, w, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -81,7 +65,7 @@ def test_a_compiled_model_is_sampled_and_falls_back_without_recompiling(tmp_path
         torch.testing.assert_close(f(x, w), _ref(x, w), atol=1e-4, rtol=1e-4)
     assert dispatch.stats()["kernel"] - k0 == 4  # every compiled call ran the table's kernel
     assert dispatch.canary_stats()["replays"] - r0 >= 2  # and the canary sampled them
-    undo = _go_wrong()
+    undo = go_wrong()
     try:
         for _ in range(8):
             out = f(x, w)
