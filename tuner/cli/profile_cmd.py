@@ -195,8 +195,12 @@ def register(app: typer.Typer) -> None:
                   + (", ".join(f"src:{s['sha256'][:12]} ({s['from']}, digest verified)"
                                for s in k["sources"]) or "none"))
         if not dry_run:
-            print(f"next: `metaltune status` names the active profile; `metaltune verify "
-                  f"{res['profile']}` checks the host against it")
+            from tuner.ops.hints import verify_arg, verify_command
+            from tuner.ops.profile import _dirs
+
+            arg = verify_arg(res["profile"], res.get("path"), _dirs(s))
+            print(f"next: `metaltune status` names the active profile; `{verify_command(arg)}` "
+                  "checks the host against it")
 
 
 def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",

@@ -42,8 +42,11 @@ def register(app: typer.Typer) -> None:
         if as_csv:
             return print_table(["knob", "baseline", "current"], rows, as_csv=True)
         ap = res.get("active_profile")
-        print(f"active profile: {ap['name']} (transaction {ap['txn']}; `metaltune verify {ap['name']}` "
-              "checks it is still in force)" if ap else "active profile: none")
+        from tuner.ops.hints import verify_command
+
+        print(f"active profile: {ap['name']} (transaction {ap['txn']}; "
+              f"`{verify_command(ap.get('verify') or ap['name'])}` checks it is still in force)"
+              if ap else "active profile: none")
         print_table(["knob", "baseline", "current"], rows, title="knobs (* = changed from baseline)")
         for s in res.get("staged") or []:
             print(f"staged: {s['knob']} = {_fmt(s['staged'])} (now {_fmt(s['current'])}; takes effect "
