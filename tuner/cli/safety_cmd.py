@@ -128,8 +128,10 @@ def register(app: typer.Typer) -> None:
             return
         n = len(res["recovered"])
         if n:
-            print(f"rolled back {n} unconfirmed transaction(s)")
-        print("restored to baseline: " + (", ".join(res["restored"]) or "nothing to do"))
+            print(f"rolled back {n} unconfirmed transaction(s): "
+                  + ", ".join(f"{r['txn']} ({r['state']})" for r in res["recovered"]))
+        print("restored to baseline: " + (", ".join(res["restored"]) or
+                                          ("nothing else to restore" if n else "nothing to do")))
         for s in res.get("skipped", []):
             print(f"skipped {s['knob']}: {s['why']}")
 

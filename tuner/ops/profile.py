@@ -271,8 +271,8 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
                  pol: Any, probation_s: Optional[float], host: Any,
                  no_wait: bool = False) -> dict[str, Any]:
     from safety import Journal, Transaction
-    from safety.errors import PolicyDenied, Quarantined, SafetyError
-    from tuner.ops import hints, probation, refusals
+    from safety.errors import SafetyError
+    from tuner.ops import apply_errors, hints, probation
     from tuner.ops.safety import APPLY_LABEL
 
     state = settings.ensure_state_dir()
@@ -289,13 +289,8 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
                 started({"result": "in probation", "transaction": txn.id, "probation_s": watch,
                          "confirm_by": time.time() + watch})
             return probation.wait(txn, watch, f"profile {prof.name}: {watch:g}s probation passed")
-        except PolicyDenied as e:  # rate limits are counted from the journal, here
-            if isinstance(e, Quarantined) or not getattr(e, "refusals", None):
-                raise OperationFailed(f"apply {prof.name}: {e}") from None
-            raise OperationFailed(refusals.policy_message(prof.name, e.refusals, pol, knobs)) from None
-        except SafetyError as e:
-            err = BadInput if getattr(e, "exit_code", 1) == 2 else OperationFailed
-            raise err(f"apply {prof.name}: {e}") from None
+        except (SafetyError, KeyboardInterrupt) as e:  # refusals, incidents, Ctrl-C: said in full
+            raise apply_errors.translate(prof.name, e, txn, pol, knobs) from None
         finally:
             journal.close()
 
