@@ -208,14 +208,20 @@ def energy_per_call(fn: Callable, arg_sets: list, device: str,
     """Joules per call and the board's mean watts while fn runs back to back for `seconds`
     (on CUDA one graph over the input sets, replayed; else the calls themselves), read with
     kernelsearch.energy (NVML, read only): {"energy_j", "mean_w", "energy_source",
-    "energy_calls", "energy_overhead"}; {"energy_source": "", "energy_error": why} where no
-    reading was had. Nothing off CUDA unless a meter is given (the CPU draws no GPU power)."""
+    "energy_calls", "energy_mode" (graph|eager), "energy_overhead"}; {"energy_source": "",
+    "energy_error": why} where no reading was had. Nothing off CUDA unless a meter is given
+    (the CPU draws no GPU power)."""
     if device != "cuda" and meter is None:
         return {}
     from kernelsearch.energy import EnergyMeter
 
     meter = meter if meter is not None else EnergyMeter(_device_index())
-    run = _graph_of(fn, arg_sets) if device == "cuda" else (lambda: [fn(*a) for a in arg_sets])
+    mode, run = "eager", (lambda: [fn(*a) for a in arg_sets])
+    if device == "cuda":
+        try:
+            mode, run = "graph", _graph_of(fn, arg_sets)
+        except Exception:  # noqa: BLE001 - not capturable: the eager calls, said in the record
+            mode = "eager"
     calls = 0
     with meter:
         t0 = _perf()
@@ -228,7 +234,7 @@ def energy_per_call(fn: Callable, arg_sets: list, device: str,
     if r.joules is None:
         return {"energy_source": "", "energy_error": r.reason[:300]}
     return {"energy_j": r.joules / calls, "mean_w": r.mean_w, "energy_source": r.source,
-            "energy_calls": calls, "energy_overhead": r.overhead}
+            "energy_calls": calls, "energy_mode": mode, "energy_overhead": r.overhead}
 
 
 def energy_costs(fn: Callable, lib_fn: Optional[Callable], arg_sets: list, device: str) -> dict:
