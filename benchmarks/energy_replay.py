@@ -87,6 +87,10 @@ def _fmt(x: Optional[float], f: str) -> str:
     return "-" if x is None else format(x, f)
 
 
+def _x(r: Optional[float]) -> str:
+    return "-" if r is None else f"{r:.3f}x"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", required=True)
@@ -132,8 +136,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                   f"{_fmt(m['watts'], '.0f')} |")
     for k, x in r["ratios"].items():
         verdict = {None: "no energy reading", True: "met", False: "not met"}[x["target_met"]]
-        print(f"| {last} / {first} | {k} | {_fmt(x['tok_s'], '.3f')}x | {_fmt(x['tok_j'], '.3f')}x"
-              f" | {_fmt(x['watts'], '.3f')}x | target (tok/J >= {TOK_PER_J_TARGET}x, tok/s >= "
+        print(f"| {last} / {first} | {k} | {_x(x['tok_s'])} | {_x(x['tok_j'])}"
+              f" | {_x(x['watts'])} | target (tok/J >= {TOK_PER_J_TARGET}x, tok/s >= "
               f"{THROUGHPUT_FLOOR}x): {verdict}")
     print("output check:", json.dumps(r["checks"], default=str))
     if a.out:
