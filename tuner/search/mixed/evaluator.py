@@ -197,7 +197,8 @@ class MixedEvaluator:
             trial.measurements.setdefault("kernels", {})[name] = {
                 k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "speedup_min",
                                          "speedup_vs_library", "library", "kind",
-                                         "device", "timed_shapes", "seconds")}
+                                         "device", "timed_shapes", "seconds", "energy_j",
+                                         "mean_w", "energy_vs_library")}
             if not ok:
                 trial.reason = r["code"]
                 return None
