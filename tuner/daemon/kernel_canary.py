@@ -16,9 +16,9 @@ other: read only as a small regular file (a FIFO is never waited on, a damaged o
 the start of the log"; lines read twice are de-duplicated by id), written through a fresh
 temporary file that never blocks, so the health loop never waits on it. A line that is not an
 incident (garbage, over MAX_LINE bytes, nested deeper than safety.inputs.MAX_DEPTH, checked
-before it is parsed) is counted (`skipped`), logged once a minute and passed over. A source the model process could
-not quarantine (a read-only store) is quarantined here, in this host's store, by digest only:
-nothing here imports or runs it."""
+before it is parsed) is counted (`skipped`), logged once a minute and passed over. A source
+the model process could not quarantine (a read-only store) is quarantined here, in this host's
+store, by digest only: nothing here imports or runs it."""
 from __future__ import annotations
 
 import json
