@@ -18,7 +18,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import psutil
 from kernelsearch.harness.judge import gluon_stage, guard_stage
 from kernelsearch.harness.limits import ENV as LIMITS_ENV, GPU_FREE, Limits
 from kernelsearch.harness.verdict import Verdict
+from safety import pychild
 
 # signals the kernel sends at a resource limit: (rule, the limit's key in Limits)
 _LIMIT_SIGNALS = {signal.SIGXCPU: ("cpu_limit", "cpu_s"), signal.SIGXFSZ: ("file_size_limit",
@@ -129,7 +129,7 @@ def child_env(environ, work: Path) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])
     pp = environ.get("PYTHONPATH")
     env["PYTHONPATH"] = root + (os.pathsep + pp if pp else "")
-    return env
+    return pychild.env(env)  # no entry another user could write: it starts as root
 
 
 def _limits():  # runs in the child before exec
@@ -252,8 +252,8 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
         env["TRITON_INTERPRET"] = "1"
     err_path = os.path.join(d, "stderr")
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.harness.child",
-                                 req_path, out_path], stdout=subprocess.DEVNULL, stderr=err,
+        proc = subprocess.Popen(pychild.argv("kernelsearch.harness.child", req_path, out_path),
+                                stdout=subprocess.DEVNULL, stderr=err,
                                 env=env, cwd=d, preexec_fn=_limits)
     tree = _Tree(proc.pid)
     deadline = t0 + timeout_s
