@@ -142,6 +142,8 @@ def _error(e: BaseException) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from tuner.workloads.model_process_launch import hold_to_parent
+
     fd = int(argv[0])
     first = json.loads(sys.stdin.buffer.readline() or b"{}")
     try:
@@ -157,6 +159,7 @@ def main(argv: list[str]) -> int:
         user = first.get("user")
         report = confine.enter(Path(first["work"]), tuple(user) if user else None, "",
                                wl.device, Limits(**first["limits"]))
+        hold_to_parent(first.get("parent"))  # the drop cleared the death signal
         _reply(fd, {"ok": True, "value": dict(info(wl), sandbox=report, pid=os.getpid()),
                     "id": first.get("id")})
     except BaseException as e:  # noqa: BLE001 - reported, then this process ends
