@@ -36,7 +36,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
@@ -45,6 +44,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from safety import pychild
 from tuner.workloads import model_process_launch as launch
+from tuner.workloads import model_trust
 from tuner.errors import BadInput, WorkloadBroken, WorkloadFailed, WorkloadHang
 
 MAX_REPLY = 64 << 20  # bytes of one reply
@@ -79,19 +79,6 @@ class Recipe:
         return dataclasses.asdict(self)
 
 
-def _gpu_host() -> bool:
-    return os.path.exists("/dev/nvidiactl")
-
-
-def _stdlib() -> list[str]:
-    """This Python's standard-library folders (a pyenv under a 0700 /root: unreadable to the
-    sandbox user, so the model process imports it ahead, see model_server.preload)."""
-    import sysconfig
-
-    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
-    return sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
-
-
 class ModelProcess:
     """One confined child running a workload; `call(op, ...)` is one request and its reply."""
 
@@ -108,7 +95,7 @@ class ModelProcess:
             except (KeyError, ValueError) as e:
                 raise ModelProcessFailed("model_refused", f"model process: no unprivileged "
                                          f"account to run it as: {e}") from None
-            closed = confine.unreadable_install(user, "cuda" if _gpu_host() else "cpu") \
+            closed = confine.unreadable_install(user, "cuda" if launch.gpu_host() else "cpu") \
                 if user else None
             if closed:
                 raise ModelProcessFailed(
@@ -116,7 +103,7 @@ class ModelProcess:
                     f"{confine.USER_ENV}) cannot read {closed}; install metaltune where others "
                     f"can read, or set {confine.USER_ENV}=none to run it as root (still "
                     "confined: Landlock, seccomp, its own network namespace)")
-            stdlib_closed = bool(user and confine.unreadable_install(user, paths=_stdlib()))
+            stdlib_closed = bool(user and confine.unreadable_install(user, paths=launch.stdlib()))
         try:
             lim = Limits.resolve(recipe.timeout_s)
         except ValueError as e:
@@ -417,9 +404,19 @@ class ModelWorkload:
 
         t = timeout_s or self.call_timeout_s
         wait = t + (self.grace_s if self.grace_s is not None else max(300.0, t))
-        d = self._ready().call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+        mp, timing = self._ready(), self._info.get("timing")
+        if timing:  # set up first: the parent's clock of `measure` then times runs only
+            mp.call("prepare", wait)
+        t0 = time.monotonic()
+        d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+        wall = time.monotonic() - t0
         try:
             m = Measurement.model_validate(d)
+            if timing:
+                model_trust.check(m, wall, timing, self.device)
+        except model_trust.Untrusted as e:
+            raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
+                                     f"measurement: {e}") from None
         except ValueError as e:
             raise ModelProcessFailed("model_crashed", f"model process: not a measurement "
                                      f"({str(e).splitlines()[0][:200]})") from None

@@ -27,6 +27,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -40,6 +41,19 @@ PRIVATE_PREFIX = "metaltune-model-"
 SANDBOX_PREFIX = "ks-sandbox-"  # kernelsearch.harness.runner.sandbox_dir's
 OWNER = "owner"
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def gpu_host() -> bool:
+    return os.path.exists("/dev/nvidiactl")
+
+
+def stdlib() -> list[str]:
+    """This Python's standard-library folders (a pyenv under a 0700 /root: unreadable to the
+    sandbox user, so the model process imports it ahead, see model_server.preload)."""
+    import sysconfig
+
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    return sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
 
 
 def _die_with_parent(parent: int) -> None:
