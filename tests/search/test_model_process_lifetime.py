@@ -109,3 +109,54 @@ def test_a_killed_search_takes_its_model_process_and_leaves_no_temp_dirs(tmp_pat
         if mp is not None and mp.is_running():  # what the old code left spinning
             mp.kill()
         subprocess.run(["rm", "-rf", str(base)])
+
+
+def test_stopping_the_daemons_search_takes_its_model_process(tmp_path, monkeypatch):
+    """The daemon stops a search by its SearchChild (SIGTERM, SIGKILL after the grace): the
+    model process below it, busy measuring, goes with it; its dirs at the next start."""
+    from kernelsearch.harness import confine
+    from tuner.daemon.searches import SearchChild
+    from tuner.sim.llama_host import LLAMA_KW
+    from tuner.workloads.model_process import ModelWorkload, Recipe
+
+    user = confine.sandbox_user() if os.geteuid() == 0 else None
+    uid = user[0] if user else os.geteuid()
+    base = Path(tempfile.mkdtemp(prefix="h33-stop-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    (base / "site").mkdir(mode=0o755)
+    (base / "site" / "sitecustomize.py").write_text(SPIN)
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    for k, v in {"PYTHONPATH": os.pathsep.join([str(base / "site"), str(REPO)]),
+                 "METALTUNE_STATE_DIR": str(tmp_path / "s"), "METALTUNE_SIM_ROOT": str(root),
+                 "METALTUNE_RUN_DIR": str(tmp_path / "run"), "TRITON_INTERPRET": "1",
+                 "OMP_NUM_THREADS": "1", "TMPDIR": str(base)}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("METALTUNE_BACKEND", raising=False)
+    child = SearchChild("search_mixed", {"knobs": ["none"], "families": ["rmsnorm"],
+                                         "runtime": False, "budget": 3, "policy": POLICY},
+                        "test", tmp_path)
+    mp = None
+    try:
+        mp = _model_server(child.pid, uid)
+        work = Path(os.readlink(f"/proc/{mp.pid}/cwd"))
+        private = Path(os.readlink(f"/proc/{mp.pid}/fd/2")).parent
+        end = time.monotonic() + 120
+        while not (work / "spinning").exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert (work / "spinning").exists(), (tmp_path / "search-child.out").read_text()[-2000:]
+        child.stop(grace_s=10.0)
+        end = time.monotonic() + 5
+        while time.monotonic() < end and mp.is_running() \
+                and mp.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.1)
+        assert not mp.is_running() or mp.status() == psutil.STATUS_ZOMBIE, \
+            f"the model process {mp.pid} outlived the stopped search by 5 s"
+        monkeypatch.setattr(tempfile, "tempdir", str(base))
+        ModelWorkload(Recipe(llama=dict(LLAMA_KW), threads=1, timeout_s=60.0)).close()
+        assert not work.exists() and not private.exists(), sorted(os.listdir(base))
+    finally:
+        if not child.done():
+            child.stop(grace_s=1.0)
+        if mp is not None and mp.is_running():
+            mp.kill()
+        subprocess.run(["rm", "-rf", str(base)])
