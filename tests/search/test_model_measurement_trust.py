@@ -84,7 +84,7 @@ def test_what_a_reply_implies_is_checked_against_the_clock_both_ways():
     # decode: 2 x 3 tokens per sample at 6 tok/s = 1 s; prefill: 16 tokens at 16 tok/s = 1 s
     m = Measurement(metric="t", value=1.0, extra={"per_size_samples": {
         "decode@ctx16,b2": [6.0, 6.0], "prefill@ctx16,b1": [16.0, 16.0]}})
-    assert model_trust.implied_seconds(m.extra["per_size_samples"], timing) == (4.0, 2)
+    assert model_trust.implied_seconds(m.extra["per_size_samples"], timing) == (4.0, 2.0 / 6 + 1)
     model_trust.check(m, 4.5, timing, "cpu")  # honest: 0.5 s of overhead
     with pytest.raises(model_trust.Untrusted, match="account for"):
         model_trust.check(m, 40.0, timing, "cpu")  # 10x slower than it says
