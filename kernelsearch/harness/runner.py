@@ -139,6 +139,17 @@ def _limits():  # runs in the child before exec
     os.setsid()
 
 
+def _dies_with(parent: int):
+    """preexec_fn of the judge's child: `_limits`, and it dies with us (its own session is
+    reached by no signal to ours: a killed CLI left it running)."""
+    def fn() -> None:
+        from kernelsearch.harness import confine
+
+        _limits()
+        confine.die_with_parent(parent)
+    return fn
+
+
 def _traversable(path: Path) -> bool:
     """Every directory from / to `path` lets others through (o+x): the sandbox user can reach
     its own dir below it."""
@@ -254,7 +265,7 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
     with open(err_path, "w") as err:
         proc = subprocess.Popen(pychild.argv("kernelsearch.harness.child", req_path, out_path),
                                 stdout=subprocess.DEVNULL, stderr=err,
-                                env=env, cwd=d, preexec_fn=_limits)
+                                env=env, cwd=d, preexec_fn=_dies_with(os.getpid()))
     tree = _Tree(proc.pid)
     deadline = t0 + timeout_s
     peak = tasks = 0

@@ -19,7 +19,6 @@ the parent used to leave it running, at 100% of a core, and its temp dirs behind
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
@@ -34,13 +33,13 @@ from typing import Any, Optional
 
 import psutil
 
+from kernelsearch.harness.confine import die_with_parent
+
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 PRIVATE_PREFIX = "metaltune-model-"
 SANDBOX_PREFIX = "ks-sandbox-"  # kernelsearch.harness.runner.sandbox_dir's
 OWNER = "owner"
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def gpu_host() -> bool:
@@ -56,25 +55,18 @@ def stdlib() -> list[str]:
     return sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
 
 
-def _die_with_parent(parent: int) -> None:
-    if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG failed")
-    if os.getppid() != parent:  # it died before the line above: nobody would signal us
-        os._exit(1)
-
-
 def preexec(parent: int, then: Any) -> Any:
     """A preexec_fn: `then()` (runner.new_session), then die with `parent`."""
     def fn() -> None:
         then()
-        _die_with_parent(parent)
+        die_with_parent(parent)
     return fn
 
 
 def hold_to_parent(parent: Optional[int]) -> None:
     """In the model server after its privilege drop (which cleared the death signal)."""
     if parent:
-        _die_with_parent(int(parent))
+        die_with_parent(int(parent))
 
 
 def _started(pid: int) -> Optional[float]:
