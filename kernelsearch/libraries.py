@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import logging
 import importlib.util
 import os
 import sys
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 FLASHMLA_EXT_ENV = "METALTUNE_FLASHMLA_EXT"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,37 @@ def _version(lib: Library, mod: Any) -> Optional[str]:
         return str(v) if v is not None else None
 
 
+class UnsafeExtension(ImportError):
+    """A path in $METALTUNE_FLASHMLA_EXT that root may not load code from."""
+
+
+def unsafe_ext() -> Optional[str]:
+    """Why a path $METALTUNE_FLASHMLA_EXT names may not be loaded (None: every one may). An
+    extension is code run in this process, often root's: the file must be ours or root's and
+    unwritable by group and others, and so must every directory up to / (sticky ones aside),
+    or whoever can write there gets root (safety.securefs.check_file)."""
+    from safety.securefs import UnsafePath, check_file
+
+    for p in [p for p in os.environ.get(FLASHMLA_EXT_ENV, "").split(os.pathsep) if p]:
+        try:
+            check_file(p)
+        except UnsafePath as e:
+            return f"{FLASHMLA_EXT_ENV}: refusing to load {p}: {e}"
+        except OSError as e:
+            return f"{FLASHMLA_EXT_ENV}: refusing to load {p}: {e.strerror}"
+    return None
+
+
 def _flashmla_ext() -> Optional[str]:
     """Install the extensions named in $METALTUNE_FLASHMLA_EXT as `flash_mla.cuda`; returns
-    what it loaded (for `where`), or None when the variable is unset."""
+    what it loaded (for `where`), or None when the variable is unset. UnsafeExtension (nothing
+    loaded) when one of them may not be loaded (`unsafe_ext`)."""
     paths = [p for p in os.environ.get(FLASHMLA_EXT_ENV, "").split(os.pathsep) if p]
     if not paths:
         return None
+    why = unsafe_ext()
+    if why:
+        raise UnsafeExtension(why)
     import torch  # noqa: F401  (the extensions link against libtorch)
 
     shim = types.ModuleType("flash_mla.cuda")
@@ -126,6 +153,9 @@ def discover(name: str) -> Found:
                 mod.cuda = sys.modules["flash_mla.cuda"]
             f = Found(name, "present", _version(lib, mod),
                       where=ext or str(getattr(mod, "__file__", "") or ""), module=mod)
+        except UnsafeExtension as e:  # never loaded: as if it were not installed
+            log.warning("library %s treated as absent: %s", name, e)
+            f = Found(name, "absent", reason=str(e)[:500])
         except BaseException as e:  # noqa: BLE001  (any import failure is a finding, not a crash)
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise

@@ -138,3 +138,33 @@ def open_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> in
         os.close(fd)
         raise UnsafePath(f"{path}: {why}; refusing to use it")
     return fd
+
+
+def check_file(path: str | os.PathLike[str]) -> Path:
+    """A file root may load code from (an extension, a module): every directory up to / as
+    `check_path` wants it, and the file itself (through any link we trust) a regular file owned
+    by root or by us that neither group nor others can write. Returns its real path; raises
+    UnsafePath naming what is wrong."""
+    p = Path(os.path.abspath(path))
+    for _ in range(_MAX_LINKS):
+        real, missing = check_path(p.parent)
+        if missing:
+            raise UnsafePath(f"{p}: no such file")
+        p = real / p.name
+        try:
+            st = os.lstat(p)
+        except OSError as e:
+            raise UnsafePath(f"{p}: {e.strerror}") from None
+        if st.st_uid not in _trusted_uids():
+            raise UnsafePath(f"{p}: owned by uid {st.st_uid}, not root")
+        if not stat.S_ISLNK(st.st_mode):
+            break
+        p = Path(os.path.join(p.parent, os.readlink(p)))
+    else:
+        raise UnsafePath(f"{path}: too many levels of symbolic links")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(f"{p}: not a regular file")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafePath(f"{p}: writable by {'group' if st.st_mode & stat.S_IWGRP else 'others'}"
+                         f" (mode {stat.S_IMODE(st.st_mode):04o})")
+    return p

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from safety import _crash
+from safety import _crash, pychild
 from safety.journal import Journal
 from safety.restore import rollback_txn
 
@@ -104,12 +104,12 @@ def spawn_watchdog(journal_path: str, txn_id: int, factory: str, factory_args: d
     env.pop("METALTUNE_CRASH_AT", None)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
-    p = subprocess.Popen(
-        [sys.executable, "-m", "safety.watchdog", "--journal", str(journal_path), "--txn",
-         str(txn_id), "--caller", str(os.getpid()), "--fd", str(r), "--ready-fd", str(rw),
-         "--factory", factory, "--factory-args", json.dumps(factory_args)],
+    p = subprocess.Popen(  # as root: nothing of the caller's working directory on its path
+        pychild.argv("safety.watchdog", "--journal", str(journal_path), "--txn", str(txn_id),
+                     "--caller", str(os.getpid()), "--fd", str(r), "--ready-fd", str(rw),
+                     "--factory", factory, "--factory-args", json.dumps(factory_args)),
         pass_fds=fds, start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=pychild.env(env))
     os.close(r)
     os.close(rw)
     ok, _, _ = select.select([rr], [], [], ready_timeout)

@@ -33,6 +33,7 @@ REASONS: dict[str, str] = {
     "measure_failed": "the workload failed to produce a metric",
     "model_crashed": "the model process (where the workload runs a candidate table) died or failed; a fresh one measures next",
     "model_timeout": "the model process gave no answer in time; its process tree was killed",
+    "measurement_untrusted": "the model process's tokens/s disagree with the search's own clock of the request (tuner.workloads.model_trust): not kept",
     "model_refused": "the model process could not be started confined (no sandbox user, an install it cannot read)",
     "workload_broken": "the candidate's run left the device unusable; the search stopped",
     "slower_than_library": "the judge timed the best installed library kernel at the slot's shape no slower than this kernel (kernelsearch.table.LIBRARY_MARGIN): dispatch runs the library there, so the choice is not measured end to end",

@@ -53,7 +53,7 @@ def kill_descendants(deadline_s: float = 10.0) -> int:
     return killed
 
 
-def _worker(req: dict, w: int) -> None:
+def _worker(req: dict, w: int, warden: int) -> None:
     work = req.pop("work_dir", None)
     user = req.pop("sandbox_user", None)
     lim = req.pop("limits", None)
@@ -64,6 +64,7 @@ def _worker(req: dict, w: int) -> None:
 
         report = confine.enter(Path(work), tuple(user) if user else None, req.get("family", ""),
                                req.get("device", "cpu"), Limits(**lim) if lim else None)
+        confine.die_with_parent(warden)  # the drop cleared what the warden's fork kept
     from kernelsearch.harness.judge import judge
     from kernelsearch.harness.timing import Ceilings
 
@@ -123,13 +124,14 @@ def main() -> int:
     with open(req_path) as f:
         req = json.load(f)
     set_subreaper()
+    warden = os.getpid()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         code = 0
         try:
-            _worker(req, w)
+            _worker(req, w, warden)
             sys.stdout.flush()
         except BaseException:
             traceback.print_exc()

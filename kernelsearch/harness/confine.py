@@ -37,6 +37,7 @@ _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
 # access rights that change the filesystem, by the ABI version that introduced them
 _FS_WRITE = [
     (1, (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10)
@@ -71,6 +72,18 @@ def landlock_abi() -> int:
     except (OSError, AttributeError):
         return 0
     return max(int(r), 0)
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when `parent` (the thread that started it) dies, and exit now if it
+    already has: a child in a session of its own is reached by no signal to its parent's group.
+    The kernel clears this on any change of uid, so a process sets it again after its drop."""
+    import signal
+
+    if _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG failed")
+    if os.getppid() != parent:  # it died before the line above: nobody would signal us
+        os._exit(1)
 
 
 NO_DROP = "none"  # explicit opt-out: keep the caller's uid (Landlock and the rest still hold)

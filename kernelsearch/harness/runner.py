@@ -18,7 +18,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import psutil
 from kernelsearch.harness.judge import gluon_stage, guard_stage
 from kernelsearch.harness.limits import ENV as LIMITS_ENV, GPU_FREE, Limits
 from kernelsearch.harness.verdict import Verdict
+from safety import pychild
 
 # signals the kernel sends at a resource limit: (rule, the limit's key in Limits)
 _LIMIT_SIGNALS = {signal.SIGXCPU: ("cpu_limit", "cpu_s"), signal.SIGXFSZ: ("file_size_limit",
@@ -129,7 +129,7 @@ def child_env(environ, work: Path) -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])
     pp = environ.get("PYTHONPATH")
     env["PYTHONPATH"] = root + (os.pathsep + pp if pp else "")
-    return env
+    return pychild.env(env)  # no entry another user could write: it starts as root
 
 
 def _limits():  # runs in the child before exec
@@ -137,6 +137,17 @@ def _limits():  # runs in the child before exec
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.setsid()
+
+
+def _dies_with(parent: int):
+    """preexec_fn of the judge's child: `_limits`, and it dies with us (its own session is
+    reached by no signal to ours: a killed CLI left it running)."""
+    def fn() -> None:
+        from kernelsearch.harness import confine
+
+        _limits()
+        confine.die_with_parent(parent)
+    return fn
 
 
 def _traversable(path: Path) -> bool:
@@ -252,9 +263,9 @@ def _run_child(d, work, user, family, source, config, device, timeout_s, mem_lim
         env["TRITON_INTERPRET"] = "1"
     err_path = os.path.join(d, "stderr")
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelsearch.harness.child",
-                                 req_path, out_path], stdout=subprocess.DEVNULL, stderr=err,
-                                env=env, cwd=d, preexec_fn=_limits)
+        proc = subprocess.Popen(pychild.argv("kernelsearch.harness.child", req_path, out_path),
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env=env, cwd=d, preexec_fn=_dies_with(os.getpid()))
     tree = _Tree(proc.pid)
     deadline = t0 + timeout_s
     peak = tasks = 0

@@ -163,6 +163,9 @@ def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
     from kernelsearch import libraries
     from kernelsearch.families import all_families, gluon, library
 
+    why = libraries.unsafe_ext()
+    if why:  # never loaded: say so before anything else
+        raise BadInput(why)
     rows = []
     for f in all_families():
         shape = f.search_shapes[0]

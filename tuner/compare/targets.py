@@ -7,12 +7,12 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from safety import pychild
 from tuner.errors import BadInput, OperationFailed
 
 CHILD = ["-m", "tuner.compare.run", "--json"]
@@ -85,7 +85,7 @@ def run(t: Target, args: list[str], timeout: float = 900.0,
         ssh_opts: dict[str, Any] | None = None) -> dict[str, Any]:
     """The child's JSON document for target `t` (OperationFailed / SSHError when it cannot run)."""
     if t.kind in ("local", "sim"):
-        argv = [sys.executable, *CHILD, *args]
+        argv = pychild.argv(CHILD[1], *CHILD[2:], *args)
         env = dict(os.environ)
         env.pop("METALTUNE_SIM_ROOT", None)
         if t.kind == "sim":
@@ -94,7 +94,8 @@ def run(t: Target, args: list[str], timeout: float = 900.0,
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                               env=pychild.env(env))
         except subprocess.TimeoutExpired:
             raise OperationFailed(f"{t.label}: benchmark child timed out after {timeout:.0f}s") from None
         return _decode(t.label, p.returncode, p.stdout, p.stderr)

@@ -9,11 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from safety import pychild
 from tuner.daemon import logs, schedule
 from tuner.daemon.client import NO_DAEMON_ENV
 from tuner.errors import MetaltuneError, OperationFailed
@@ -29,7 +29,8 @@ class SearchChild:
         self.started = time.time()
         env = dict(os.environ)
         env[NO_DAEMON_ENV] = "1"  # the child never calls back into the daemon
-        cmd = [sys.executable, "-m", "tuner.daemon.child", op, json.dumps(args, default=str)]
+        env = pychild.env(env)  # it runs as root: no directory of another user's on its path
+        cmd = pychild.argv("tuner.daemon.child", op, json.dumps(args, default=str))
         with open(self.out_path, "w") as out:
             # own session: stopping it reaches the candidate processes it starts, too
             self.proc = subprocess.Popen(cmd, stdout=out, stdin=subprocess.DEVNULL, env=env,

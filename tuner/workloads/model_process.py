@@ -34,23 +34,24 @@ import dataclasses
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from safety import pychild
+from tuner.workloads import model_process_launch as launch
+from tuner.workloads import model_trust
 from tuner.errors import BadInput, WorkloadBroken, WorkloadFailed, WorkloadHang
 
 MAX_REPLY = 64 << 20  # bytes of one reply
-#: the model process's resource limits, at least (a whole search's worth of CPU, torch's thread
-#: pools and Triton's compiler subprocesses); an operator's $KERNELSEARCH_SANDBOX_* raise them
+#: the model process's resource limits, at least (torch's thread pools and Triton's compiler
+#: subprocesses); an operator's $KERNELSEARCH_SANDBOX_* raise them. Its CPU time: its start's
+#: wall-clock budget on every CPU, then each request's (model_process_launch.cpu_budget)
 MODEL_TASKS = 512
-MODEL_CPU_S = 7 * 24 * 3600
 #: the operator's settings the model itself reads, passed on beside runner.child_env's allow-list
 #: (the library extensions a table's library entries run: kernelsearch.libraries)
 MODEL_ENV = ("METALTUNE_FLASHMLA_EXT",)
@@ -78,19 +79,6 @@ class Recipe:
         return dataclasses.asdict(self)
 
 
-def _gpu_host() -> bool:
-    return os.path.exists("/dev/nvidiactl")
-
-
-def _stdlib() -> list[str]:
-    """This Python's standard-library folders (a pyenv under a 0700 /root: unreadable to the
-    sandbox user, so the model process imports it ahead, see model_server.preload)."""
-    import sysconfig
-
-    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
-    return sorted({os.path.abspath(base[k]) for k in ("stdlib", "platstdlib") if k in base})
-
-
 class ModelProcess:
     """One confined child running a workload; `call(op, ...)` is one request and its reply."""
 
@@ -107,7 +95,7 @@ class ModelProcess:
             except (KeyError, ValueError) as e:
                 raise ModelProcessFailed("model_refused", f"model process: no unprivileged "
                                          f"account to run it as: {e}") from None
-            closed = confine.unreadable_install(user, "cuda" if _gpu_host() else "cpu") \
+            closed = confine.unreadable_install(user, "cuda" if launch.gpu_host() else "cpu") \
                 if user else None
             if closed:
                 raise ModelProcessFailed(
@@ -115,13 +103,15 @@ class ModelProcess:
                     f"{confine.USER_ENV}) cannot read {closed}; install metaltune where others "
                     f"can read, or set {confine.USER_ENV}=none to run it as root (still "
                     "confined: Landlock, seccomp, its own network namespace)")
-            stdlib_closed = bool(user and confine.unreadable_install(user, paths=_stdlib()))
+            stdlib_closed = bool(user and confine.unreadable_install(user, paths=launch.stdlib()))
         try:
             lim = Limits.resolve(recipe.timeout_s)
         except ValueError as e:
             raise ModelProcessFailed("model_refused", f"model process: {e}") from None
+        cpus = len(os.sched_getaffinity(0)) or 1
         self.limits = dataclasses.replace(lim, tasks=max(lim.tasks, MODEL_TASKS),
-                                          cpu_s=max(lim.cpu_s, MODEL_CPU_S))
+                                          cpu_s=max(lim.cpu_s, int(start_timeout_s * cpus) + 60))
+        launch.sweep()  # what a killed search left (its process, its temp dirs)
         self.user = user
         self.work = runner.sandbox_dir(*(user or (None, None)))
         self.store = self.work / "store"  # the sources of the tables it is given, copied
@@ -132,25 +122,26 @@ class ModelProcess:
         if user:
             os.fchown(self._store_fd, *user)
         self._copied: set[str] = set()
-        self._private = tempfile.mkdtemp(prefix="metaltune-model-")  # its stderr, ours only
+        self._private = tempfile.mkdtemp(prefix=launch.PRIVATE_PREFIX)  # its stderr, ours only
         self._err = os.path.join(self._private, "stderr")
         env = runner.child_env(os.environ, self.work)
         env.update({k: os.environ[k] for k in MODEL_ENV if k in os.environ})
         r, w = os.pipe()
         with open(self._err, "w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tuner.workloads.model_server", str(w)],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                cwd=str(self.work), pass_fds=(w,), preexec_fn=runner.new_session)
+            # as root until its drop: its cwd and module path are ours; it dies with us
+            self.proc = launch.popen(pychild.argv("tuner.workloads.model_server", str(w)), env,
+                                     self._private, err, w, runner.new_session)
         os.close(w)
-        self._r, self._buf, self._seq = r, bytearray(), 0
+        launch.record(self._private, self.work, self.proc.pid)
+        self._r, self._buf, self._seq, self._budgeted = r, bytearray(), 0, False
         self.tree = runner.ProcessTree(self.proc.pid)
-        self._finalizer = weakref.finalize(self, ModelProcess._shutdown, self.proc, self.tree,
+        self._finalizer = weakref.finalize(self, launch.shutdown, self.proc, self.tree,
                                            (r, self._store_fd), str(self.work), self._private)
         self.info = self._send({"recipe": recipe.to_dict(), "work": str(self.work),
                                 "user": list(user) if user else None,
                                 "limits": self.limits.to_dict(),
-                                "stdlib_closed": stdlib_closed}, start_timeout_s)
+                                "stdlib_closed": stdlib_closed, "parent": os.getpid()},
+                               start_timeout_s)
 
     @property
     def pid(self) -> int:
@@ -158,6 +149,10 @@ class ModelProcess:
 
     def alive(self) -> bool:
         return self.proc.poll() is None and self._finalizer.alive
+
+    def spent(self) -> bool:
+        """Its CPU limit (no per-request one: no CAP_SYS_RESOURCE) is 80% used: start afresh."""
+        return not self._budgeted and launch.cpu_used(self.pid) > 0.8 * self.limits.cpu_s
 
     def call(self, op: str, wait_s: float, **args: Any) -> Any:
         """The reply to request `op` (its arguments `args`), waited for `wait_s` at most."""
@@ -195,6 +190,7 @@ class ModelProcess:
         if not self.alive():
             raise self._died("the model process is not running")
         self._seq += 1
+        self._budgeted = launch.cpu_budget(self.proc.pid, timeout_s) or self._budgeted
         req = {**req, "id": self._seq}  # echoed: a stray line never passes for the reply
         try:
             assert self.proc.stdin is not None
@@ -289,31 +285,6 @@ class ModelProcess:
         """Asked to stop (10 s), then killed; its temp dirs removed."""
         self._finalizer()
 
-    @staticmethod
-    def _shutdown(proc: "subprocess.Popen[bytes]", tree: Any, fds: tuple[int, ...], work: str,
-                  private: str) -> None:
-        try:
-            if proc.poll() is None and proc.stdin is not None:
-                proc.stdin.write(b'{"op": "stop"}\n')
-                proc.stdin.flush()
-                proc.wait(timeout=10)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
-        if proc.poll() is None:
-            tree.kill()
-            proc.wait()
-        tree.leftovers()
-        for f in (proc.stdin,):
-            try:
-                if f is not None:
-                    f.close()
-            except OSError:
-                pass
-        for fd in fds:
-            os.close(fd)
-        shutil.rmtree(work, ignore_errors=True)  # never follows a link it left there
-        shutil.rmtree(private, ignore_errors=True)
-
 
 @dataclasses.dataclass
 class _Served:
@@ -361,6 +332,8 @@ class ModelWorkload:
         """The installed table's set's running process, configured with the runtime; a fresh
         one (runtime and table re-sent) if it has none or it is gone."""
         s = self._procs.get(self._set)
+        if s is not None and s.mp.alive() and s.mp.spent():
+            s.mp.close()  # between requests, rather than its CPU limit during one
         if s is None or not s.mp.alive():
             if s is not None:
                 del self._procs[self._set]
@@ -431,9 +404,19 @@ class ModelWorkload:
 
         t = timeout_s or self.call_timeout_s
         wait = t + (self.grace_s if self.grace_s is not None else max(300.0, t))
-        d = self._ready().call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+        mp, timing = self._ready(), self._info.get("timing")
+        if timing:  # set up first: the parent's clock of `measure` then times runs only
+            mp.call("prepare", wait)
+        t0 = time.monotonic()
+        d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+        wall = time.monotonic() - t0
         try:
             m = Measurement.model_validate(d)
+            if timing:
+                model_trust.check(m, wall, timing, self.device)
+        except model_trust.Untrusted as e:
+            raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
+                                     f"measurement: {e}") from None
         except ValueError as e:
             raise ModelProcessFailed("model_crashed", f"model process: not a measurement "
                                      f"({str(e).splitlines()[0][:200]})") from None

@@ -77,7 +77,32 @@ def info(wl: Any) -> dict[str, Any]:
             "runtime_settings": wl.runtime_settings(), "kernels_usable": wl.kernels_usable(),
             "kernel_variants": {k: list(v) for k, v in (wl.kernel_variants() or {}).items()}
             if wl.kernel_variants() is not None else None,
-            "first_step": getattr(wl, "first_step_s", None) is not None}
+            "first_step": getattr(wl, "first_step_s", None) is not None, "timing": timing(wl)}
+
+
+def timing(wl: Any) -> Any:
+    """What the parent checks a measurement's tokens/s against its own clock with
+    (model_trust): the size grid and decode steps, said before any candidate code is loaded;
+    None for a workload without one (its measurements are not checked)."""
+    grid = getattr(getattr(wl, "bench", None), "grid", None)
+    if grid is None or not hasattr(wl, "runtime"):
+        return None
+    return {"decode_steps": int(grid.decode_steps), "sizes": [list(s) for s in grid.sizes()]}
+
+
+def prepare(wl: Any) -> None:
+    """Everything a measurement sets up first (its output check, every size's runner: compiled,
+    captured), so that the parent's clock of the `measure` request that follows times runs."""
+    import torch
+
+    if getattr(wl, "check_outputs", False):
+        wl.check()
+
+    def runners() -> None:
+        with torch.no_grad():
+            for kind, b, ctx in wl.bench.grid.sizes():
+                wl.bench.runner(wl.runtime, kind, b, ctx)
+    wl._guarded(runners, lambda: "setup")
 
 
 def stats(report: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +139,8 @@ def handle(wl: Any, req: dict[str, Any], report: dict[str, Any]) -> Any:
         m = wl.measure(repeats=int(req["repeats"]), timeout_s=req.get("timeout_s"))
         m.extra["model_process"] = stats(report)
         return m.model_dump()  # python mode: an inf stays a float (json writes Infinity)
+    if op == "prepare":
+        return prepare(wl)
     if op == "first_step":
         return wl.first_step_s()
     if op == "check":
@@ -142,6 +169,8 @@ def _error(e: BaseException) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    from tuner.workloads.model_process_launch import hold_to_parent
+
     fd = int(argv[0])
     first = json.loads(sys.stdin.buffer.readline() or b"{}")
     try:
@@ -157,6 +186,7 @@ def main(argv: list[str]) -> int:
         user = first.get("user")
         report = confine.enter(Path(first["work"]), tuple(user) if user else None, "",
                                wl.device, Limits(**first["limits"]))
+        hold_to_parent(first.get("parent"))  # the drop cleared the death signal
         _reply(fd, {"ok": True, "value": dict(info(wl), sandbox=report, pid=os.getpid()),
                     "id": first.get("id")})
     except BaseException as e:  # noqa: BLE001 - reported, then this process ends

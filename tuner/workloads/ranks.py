@@ -25,6 +25,7 @@ import weakref
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Mapping, Optional
 
+from safety import pychild
 from tuner.workloads.collectives import MULTICAST_OFF
 
 
@@ -52,8 +53,8 @@ class Ranks:
         try:
             for r in range(world):
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "tuner.workloads.ranks", target, address, str(r)],
-                    env=child_env, stdin=subprocess.DEVNULL, start_new_session=True))
+                    pychild.argv("tuner.workloads.ranks", target, address, str(r)),
+                    env=pychild.env(child_env), stdin=subprocess.DEVNULL, start_new_session=True))
             deadline = time.monotonic() + start_timeout_s
             for _ in range(world):
                 srv.settimeout(max(0.1, deadline - time.monotonic()))

@@ -1,0 +1,95 @@
+"""A model process that reports tokens/s its run did not make is not believed (issue 33, item
+3). The process runs candidate code, so its reply can say anything: a candidate far slower than
+the incumbent that reported 1.5x the rates it measured was kept. The search now checks every
+measurement against its own clock of the request (tuner.workloads.model_trust): a reply that
+disagrees is the trial's `measurement_untrusted`, never kept."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.search.test_mixed_search import POLICY, interp  # noqa: F401 (fixture)
+from tuner.sim.hostinit import init_host
+
+# on the model process's path: with fused projections (the candidate's runtime) every
+# measurement takes seconds longer than its samples say, and reports 1.5x the measured rates
+FORGER = """
+import os, sys, time
+if any(a.endswith("model_server") for a in sys.orig_argv):
+    import tuner.workloads.llama_runners as lr
+    real = lr.Bench.run
+    def run(self, rt, *a, **k):
+        res = real(self, rt, *a, **k)
+        if getattr(rt, "fuse_projections", False):
+            time.sleep(4.0)  # what the candidate really costs: 100x the incumbent's run
+            res["per_size_samples"] = {key: [v * 1.5 for v in vals]
+                                       for key, vals in res["per_size_samples"].items()}
+        return res
+    lr.Bench.run = run
+"""
+
+
+def test_a_model_process_forging_its_tokens_per_s_is_untrusted_not_kept(tmp_path, interp,
+                                                                       monkeypatch):  # noqa: F811
+    from tests.search.helpers import Scripted
+    from tests.simhelpers import REPO
+    from tuner.host import open_host
+    from tuner.search import loop
+    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.safety_context import SafetyContext
+    from tuner.search.store import TrialStore
+    from tuner.trial import Candidate
+
+    site = Path(tempfile.mkdtemp(prefix="h33-forge-", dir="/tmp"))  # readable by the sandbox
+    os.chmod(site, 0o755)  # user, writable by root only
+    try:
+        (site / "sitecustomize.py").write_text(FORGER)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(REPO)]))
+        root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+        host = open_host("sim", root)
+        wl = model_workload(host, "sim-llama", "sim-llama", 60.0)
+        guard = SafetyContext(host, tmp_path / "state", policy=POLICY)
+        try:
+            ev = build_evaluator({}, wl, guard, {"fuse_projections": [False, True],
+                                                  "cuda_graphs": [True, False]}, [],
+                                 rounds=1, repeats=3, timeout_s=30.0)
+            ev.measure_incumbent()  # honest: believed
+            with TrialStore.in_state_dir(tmp_path / "state") as ts:
+                forged, honest = loop.run(Scripted(ev.joint.space, [
+                    Candidate(runtime={"fuse_projections": True}),
+                    Candidate(runtime={"cuda_graphs": False})]),
+                    ev, ts, ts.new_run("search-mixed", {}), 2).trials
+        finally:
+            guard.close()
+            wl.close()
+    finally:
+        subprocess.run(["rm", "-rf", str(site)])
+    assert (forged.verdict, forged.reason) == ("rejected", "measurement_untrusted"), \
+        (forged.verdict, forged.reason, forged.gain, [g.detail for g in forged.gates])
+    assert "search's clock" in forged.gates[-1].detail
+    # an honest candidate's measurements agree with the clock: judged on its numbers
+    assert honest.verdict in ("kept", "reverted") and honest.reason != "measurement_untrusted", \
+        (honest.reason, [g.detail for g in honest.gates])
+
+
+def test_what_a_reply_implies_is_checked_against_the_clock_both_ways():
+    import pytest
+
+    from tuner.trial import Measurement
+    from tuner.workloads import model_trust
+
+    timing = {"decode_steps": 3, "sizes": [["decode", 2, 16], ["prefill", 1, 16]]}
+    # decode: 2 x 3 tokens per sample at 6 tok/s = 1 s; prefill: 16 tokens at 16 tok/s = 1 s
+    m = Measurement(metric="t", value=1.0, extra={"per_size_samples": {
+        "decode@ctx16,b2": [6.0, 6.0], "prefill@ctx16,b1": [16.0, 16.0]}})
+    assert model_trust.implied_seconds(m.extra["per_size_samples"], timing) == (4.0, 2.0 / 6 + 1)
+    model_trust.check(m, 4.5, timing, "cpu")  # honest: 0.5 s of overhead
+    with pytest.raises(model_trust.Untrusted, match="account for"):
+        model_trust.check(m, 40.0, timing, "cpu")  # 10x slower than it says
+    with pytest.raises(model_trust.Untrusted, match="but the request took"):
+        model_trust.check(m, 1.0, timing, "cpu")  # more time than passed
+    bad = Measurement(metric="t", value=1.0, extra={"per_size_samples": {"decode@ctx99,b2": [1]}})
+    with pytest.raises(model_trust.Untrusted, match="not one it was asked"):
+        model_trust.check(bad, 1.0, timing, "cpu")
