@@ -20,6 +20,10 @@ REASONS: dict[str, str] = {
     "worse": "slower than the incumbent",
     "size_regressed": "some context/batch size regressed beyond tolerance",
     "holistic_lost": "a micro-benchmark win that loses end to end",
+    "below_throughput_floor": "objective energy: more tokens per joule, but some size's throughput fell below the floor (--throughput-floor of the incumbent's)",
+    "over_power_budget": "objective power-capped: the candidate's power limit or measured mean watts exceed the power budget (--power-budget)",
+    "power_budget_met": "objective power-capped: the incumbent drew more than the power budget and the candidate draws within it",
+    "energy_unmeasured": "an energy objective, but a side measured no energy (no NVML counter, no power samples)",
     # rejected before anything was written
     "policy_denied": "the allowed-change list refuses this change",
     "unknown_knob": "the candidate names a knob this host does not have",
@@ -94,6 +98,9 @@ class Measurement(BaseModel):
     value: float  # median of samples
     samples: list[float] = Field(default_factory=list)
     per_size: dict[str, float] = Field(default_factory=dict)  # e.g. {"decode@ctx4096,b8": tok/s}
+    per_size_tok_per_j: dict[str, float] = Field(default_factory=dict)  # tokens/J per size (higher is better)
+    per_size_watts: dict[str, float] = Field(default_factory=dict)  # mean board watts per size
+    energy_source: str = ""  # nvml_energy_counter | nvml_power_samples | sim_model | "" (not measured)
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.sim import model
+from tuner.sim import model, power
 from tuner.sim.events import queue_xid
 from tuner.sim.skus import get_sku
 from tuner.sim.state import SimState
@@ -24,6 +24,7 @@ from tuner.trial import Measurement
 from tuner.workloads.base import Untuned
 
 NOISE_SIGMA = model.NOISE_SIGMA
+ALL = "all"  # the energy key of a workload without sizes
 
 
 from tuner.errors import WorkloadHang  # noqa: E402  (one class for every workload's hang)
@@ -36,6 +37,7 @@ class SimWorkload(Untuned):
     metric = "throughput"
 
     def __init__(self, root: str | os.PathLike[str]):
+        self._repeats = 1
         self.root = Path(root)
         self.state = SimState(root)
 
@@ -54,6 +56,8 @@ class SimWorkload(Untuned):
                                  "power_w": round(o.power_w, 1), "temp_c": o.temp_c,
                                  "reasons": o.reasons, "regime": o.regime, "kind": kind,
                                  "time": time.time()}
+                if kind == "workload":  # the energy counter sees the run (tuner.sim.power)
+                    power.add_run(g, sku, o.power_w, power.WINDOW_S * self._repeats)
                 if o.xid_prob and rng.random() < o.xid_prob:
                     x = rng.choice(o.xid_choices)
                     queue_xid(self.state, st, g["index"], x, pid=pid)
@@ -88,19 +92,25 @@ class SimWorkload(Untuned):
     def measure(self, repeats: int = 5, timeout_s: float = 30.0) -> Measurement:
         if repeats < 1:
             raise ValueError("repeats must be >= 1")
+        self._repeats = repeats
         outs, hang, xids, rng, unit = self._start("workload")
         if hang:
             self._hang(timeout_s, "workload")
         true = sum(o.throughput for o in outs)
         samples = [round(true * (1.0 + rng.gauss(0.0, NOISE_SIGMA)), 2) for _ in range(repeats)]
+        watts = [o.power_w for o in outs]  # utilisation 1: a busy decode (tuner.sim.power)
         extra: dict[str, Any] = {
             "xids": xids,
             "gpus": [{"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
                       "power_w": round(o.power_w, 1), "temp_c": o.temp_c, "reasons": o.reasons,
                       "regime": o.regime} for o in outs],
         }
-        return Measurement(metric=self.metric, unit=unit, value=statistics.median(samples),
-                           samples=samples, extra=extra)
+        value = statistics.median(samples)
+        # sizeless: energy under the one key "all"; tokens/J of the whole host, watts per board
+        return Measurement(metric=self.metric, unit=unit, value=value, samples=samples,
+                           per_size_tok_per_j={ALL: round(value / sum(watts), 4)},
+                           per_size_watts={ALL: round(sum(watts) / len(watts), 1)},
+                           energy_source="sim_model", extra=extra)
 
     def canary(self, timeout_s: float = 10.0) -> bool:
         """A short known-answer run: True when it completes. An injected hang blocks it too."""

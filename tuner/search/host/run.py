@@ -31,14 +31,18 @@ def search_knobs(
     proposer_kw: Optional[dict[str, Any]] = None,
     on_trial: Optional[Callable[[Trial], None]] = None,
     within_policy: bool = False,
+    objective: Any = None,
 ) -> SearchRun:
     """The host search both `search host` and the demo run: the knobs' own domains as the
     space, the current values as the incumbent, trials through `guard` (a SafetyContext) into
     the trial store in the guard's state dir. `within_policy`: the space is cut to what the
     guard's policy allows (`search host`: no trial spent on a refusal); the demo keeps the
-    whole domain, to show the policy gate refusing."""
+    whole domain, to show the policy gate refusing. `objective` (tuner.search.objective;
+    default throughput): what the keep rule keeps; under power-capped the space holds no power
+    limit over the budget."""
     from tuner.proposers import SearchSpace, make
     from tuner.search import loop
+    from tuner.search import objective as O
     from tuner.search.host.evaluator import HostEvaluator
     from tuner.search.store import TrialStore
 
@@ -56,17 +60,22 @@ def search_knobs(
 
     space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
                                   current=lambda: incumbent, allowed_now=allowed_now)
+    obj = objective or O.THROUGHPUT
+    for d in space.dims:  # power-capped: never propose a limit over the budget
+        d.values = [v for v in d.values if O.within_budget(obj, d.name, knobs[d.name].limits().from_search(v))]
+    space.dims = [d for d in space.dims if d.values]
     if not space.dims:
         raise BadInput("the policy allows no change of " + ", ".join(sorted(knobs))
                        + f" from the current values ({guard.policy.source})")
     prop = make(proposer, space, seed=seed, budget=budget, **(proposer_kw or {}))
     ev = HostEvaluator(knobs, workload, guard, repeats=repeats, incumbent=incumbent,
-                       timeout_s=timeout_s)
+                       timeout_s=timeout_s, objective=obj)
     t0 = time.time()
     base = ev.measure_incumbent(repeats=baseline_repeats)
     with TrialStore.in_state_dir(guard.state_dir) as store:
         run_id = store.new_run(kind, {**(meta or {}), "proposer": proposer, "knobs": sorted(knobs),
-                                      "baseline": base.model_dump(), "start": start})
+                                      "baseline": base.model_dump(), "start": start,
+                                      **obj.describe()})
         res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
     return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2))
 
@@ -86,6 +95,9 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     o = opts if opts is not None else HostSearchOptions.parse("search_host", kw)
     budget, proposer, knobs, seed, repeats = o.budget, o.proposer, o.knobs, o.seed, o.repeats
     timeout_s = o.timeout_s
+    from tuner.search.objective import Objective
+
+    obj = Objective.of(o)
     host = settings.host()
     all_knobs = registry.discover(host)
     chosen = registry.select(all_knobs, knobs or DEFAULT_KNOBS)
@@ -99,6 +111,7 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,
             baseline_repeats=max(4, repeats * 2), on_trial=on_trial, within_policy=True,
+            objective=obj,
             proposer_kw=host_context(host, guard.policy) if proposer == "llm" else None)
     finally:
         guard.close()
@@ -109,4 +122,11 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         "rejected": dict(Counter(t.reason for t in run.trials if t.verdict == "rejected")),
         "baseline": run.baseline.value, "start": run.start,
         "best_settings": dict(run.evaluator.incumbent), "seconds": run.seconds,
+        **obj.describe(), "baseline_tok_per_j": _tpj(run.baseline),
     }
+
+
+def _tpj(m: Any) -> Any:
+    from tuner.search.objective import tok_per_j
+
+    return tok_per_j(m)
