@@ -122,8 +122,10 @@ def _over(ms: Sequence[Measurement], budget: float) -> dict[str, float]:
 
 def decide_sizes(obj: Objective, incumbent: Sequence[Measurement], candidate: Sequence[Measurement],
                  tolerance: float = 0.01, micro_gain: Optional[float] = None,
-                 ) -> tuple[str, str, dict[str, Any]]:
-    """`keep.decide_sizes` under `obj`: (verdict, reason, stats)."""
+                 anchor: Optional[dict[str, float]] = None) -> tuple[str, str, dict[str, Any]]:
+    """`keep.decide_sizes` under `obj`: (verdict, reason, stats). `anchor`: per size, the
+    incumbent's throughput over the run's start (`compound`); the floor holds against the start,
+    so a chain of kept 4% losses cannot add up to 20%."""
     if obj.name == "throughput":
         return keep.decide_sizes(incumbent, candidate, tolerance, micro_gain)
     if obj.name == "power-capped":
@@ -137,11 +139,13 @@ def decide_sizes(obj: Objective, incumbent: Sequence[Measurement], candidate: Se
     verdict, reason, stats = keep.decide_sizes([project(m) for m in incumbent],
                                                [project(m) for m in candidate], tolerance, micro_gain)
     _, _, thr = keep.decide_sizes(incumbent, candidate, tolerance)
-    return _floor(obj, verdict, reason, stats, {k: s["ratio"] for k, s in thr["per_size"].items()})
+    return _floor(obj, verdict, reason, stats, {k: s["ratio"] for k, s in thr["per_size"].items()},
+                  anchor)
 
 
 def decide(obj: Objective, incumbent: Sequence[Measurement], candidate: Sequence[Measurement],
-           pooled_noise: float = 0.0, z: float = 2.0) -> keep.Decision:
+           pooled_noise: float = 0.0, z: float = 2.0,
+           anchor: Optional[dict[str, float]] = None) -> keep.Decision:
     """`keep.decide` (the host evaluator's rule: pairs' log ratios against the pooled noise)
     under `obj`."""
     if obj.name == "throughput":
@@ -157,7 +161,8 @@ def decide(obj: Objective, incumbent: Sequence[Measurement], candidate: Sequence
     d = keep.decide([project(m) for m in incumbent], [project(m) for m in candidate],
                     pooled_noise=pooled_noise, z=z)
     ratios = _throughput_ratios(incumbent, candidate)
-    verdict, reason, stats = _floor(obj, d.verdict, d.reason, {**d.stats, "gain": d.gain}, ratios)
+    verdict, reason, stats = _floor(obj, d.verdict, d.reason, {**d.stats, "gain": d.gain}, ratios,
+                                    anchor)
     return keep.Decision(verdict, reason, d.gain, d.threshold, stats)
 
 
@@ -170,9 +175,11 @@ def _throughput_ratios(a: Sequence[Measurement], b: Sequence[Measurement]) -> di
 
 
 def _floor(obj: Objective, verdict: str, reason: str, stats: dict[str, Any],
-           ratios: dict[str, float]) -> tuple[str, str, dict[str, Any]]:
-    below = sorted((k for k, r in ratios.items() if r < obj.throughput_floor), key=ratios.__getitem__)
-    stats = {**stats, "objective": obj.name, "throughput_ratio": ratios,
+           ratios: dict[str, float], anchor: Optional[dict[str, float]] = None,
+           ) -> tuple[str, str, dict[str, Any]]:
+    vs_start = {k: r * (anchor or {}).get(k, 1.0) for k, r in ratios.items()}
+    below = sorted((k for k, r in vs_start.items() if r < obj.throughput_floor), key=vs_start.__getitem__)
+    stats = {**stats, "objective": obj.name, "throughput_ratio": ratios, "vs_start": vs_start,
              "throughput_floor": obj.throughput_floor, "below_floor": below}
     if verdict == "kept" and below:
         return "reverted", "below_throughput_floor", stats
@@ -207,7 +214,7 @@ def score(obj: Objective, candidate: Sequence[Measurement], reason: str,
         tj = statistics.median([v for v in vals if v is not None]) if all(vals) else None
         if tj is None:
             return None
-        worst = min((stats.get("throughput_ratio") or {1: 1.0}).values())
+        worst = min((stats.get("vs_start") or {1: 1.0}).values())
         return tj * min(1.0, worst / obj.throughput_floor) ** 4
     v = pooled.value
     if obj.name == "power-capped" and reason == "over_power_budget":
@@ -219,8 +226,8 @@ def score(obj: Objective, candidate: Sequence[Measurement], reason: str,
 def explain(obj: Objective, reason: str, stats: dict[str, Any]) -> str:
     if reason == "below_throughput_floor":
         k = stats["below_floor"][0]
-        return (f"tokens/J {stats['gain']:+.2%} but {k} at {stats['throughput_ratio'][k]:.1%} "
-                f"of the incumbent's tokens/s (floor {stats['throughput_floor']:.0%})")
+        return (f"tokens/J {stats['gain']:+.2%} but {k} at {stats['vs_start'][k]:.1%} "
+                f"of the start's tokens/s (floor {stats['throughput_floor']:.0%})")
     if reason == "over_power_budget":
         k, w = max(stats["over_budget"].items(), key=lambda kv: kv[1])
         return f"{k} drew {w:.0f} W, over the {stats['power_budget_w']:.0f} W budget"
@@ -234,11 +241,11 @@ def explain(obj: Objective, reason: str, stats: dict[str, Any]) -> str:
 
 def gate(obj: Objective, incumbent: Sequence[Measurement], candidate: Sequence[Measurement],
          tolerance: float = 0.01, micro_gain: Optional[float] = None,
-         trial: Optional[Trial] = None) -> GateResult:
+         trial: Optional[Trial] = None, anchor: Optional[dict[str, float]] = None) -> GateResult:
     """`keep.gate` under `obj` (the same record on the trial, plus the objective's fields)."""
     if obj.name == "throughput":
         return keep.gate(incumbent, candidate, tolerance, micro_gain, trial)
-    verdict, reason, stats = decide_sizes(obj, incumbent, candidate, tolerance, micro_gain)
+    verdict, reason, stats = decide_sizes(obj, incumbent, candidate, tolerance, micro_gain, anchor)
     res = GateResult(gate="holistic", passed=verdict == "kept", code=reason,
                      detail=explain(obj, reason, stats))
     if trial is not None:
@@ -247,7 +254,7 @@ def gate(obj: Objective, incumbent: Sequence[Measurement], candidate: Sequence[M
             "per_size": stats.get("per_size"), "regressed": stats.get("regressed"),
             "gain": stats.get("gain"), "noise": stats.get("noise"), "tolerance": tolerance,
             "micro_gain": micro_gain, **{k: stats[k] for k in (
-                "objective", "throughput_ratio", "throughput_floor", "below_floor",
+                "objective", "throughput_ratio", "vs_start", "throughput_floor", "below_floor",
                 "power_budget_w", "candidate_watts", "incumbent_watts") if k in stats},
             "incumbent": [m.model_dump() for m in incumbent],
             "candidate": [m.model_dump() for m in candidate],
@@ -257,6 +264,12 @@ def gate(obj: Objective, incumbent: Sequence[Measurement], candidate: Sequence[M
         trial.gain = stats.get("gain")
         trial.verdict, trial.reason = verdict, reason  # type: ignore[assignment]
     return res
+
+
+def compound(anchor: dict[str, float], stats: dict[str, Any]) -> None:
+    """After a keep: the new incumbent's throughput over the run's start, per size (in place)."""
+    for k, r in (stats.get("throughput_ratio") or {}).items():
+        anchor[k] = anchor.get(k, 1.0) * r
 
 
 # -- before anything is applied --------------------------------------------------------------------

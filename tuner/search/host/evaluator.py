@@ -30,6 +30,7 @@ class HostEvaluator:
     noise_samples: list[float] = field(default_factory=list)  # the incumbent's samples so far
     seen: set[str] = field(default_factory=set)
     objective: O.Objective = O.THROUGHPUT  # what the keep rule keeps (tuner.search.objective)
+    floor_anchor: dict[str, float] = field(default_factory=dict)  # incumbent / start tokens/s
 
     def __post_init__(self) -> None:
         if not self.incumbent:  # in place: a mixed search shares this dict (even when empty)
@@ -135,7 +136,8 @@ class HostEvaluator:
         inc_m, cand_m = keep.pool(a), keep.pool(b)
         assert inc_m is not None and cand_m is not None
         self.noise_samples.extend(inc_m.samples)
-        d = O.decide(self.objective, a, b, pooled_noise=self.pooled_noise, z=self.z)
+        d = O.decide(self.objective, a, b, pooled_noise=self.pooled_noise, z=self.z,
+                     anchor=self.floor_anchor)
         trial.measurements = {"incumbent": inc_m.model_dump(), "candidate": cand_m.model_dump(),
                               "decision": {"threshold": d.threshold, **d.stats}}
         if self.objective.name == "throughput":
@@ -152,6 +154,7 @@ class HostEvaluator:
         if d.verdict == "kept":
             txn.confirm()  # polls the monitors once more: an incident now still rolls back
             self.incumbent.update(changes)
+            O.compound(self.floor_anchor, d.stats)
         else:
             txn.rollback(d.reason)
         trial.verdict, trial.reason = d.verdict, d.reason  # type: ignore[assignment]

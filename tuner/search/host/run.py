@@ -46,7 +46,9 @@ def search_knobs(
     from tuner.search.host.evaluator import HostEvaluator
     from tuner.search.store import TrialStore
 
+    obj = objective or O.THROUGHPUT
     start = {n: k.read() for n, k in knobs.items()}
+    clamp_to_budget(knobs, guard, obj, start)  # power-capped: the run starts within the budget
     incumbent = dict(start)
     allowed = allowed_now = None
     if within_policy:
@@ -60,7 +62,6 @@ def search_knobs(
 
     space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
                                   current=lambda: incumbent, allowed_now=allowed_now)
-    obj = objective or O.THROUGHPUT
     for d in space.dims:  # power-capped: never propose a limit over the budget
         d.values = [v for v in d.values if O.within_budget(obj, d.name, knobs[d.name].limits().from_search(v))]
     space.dims = [d for d in space.dims if d.values]
@@ -78,6 +79,38 @@ def search_knobs(
                                       **obj.describe()})
         res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
     return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2))
+
+
+def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str, Any]) -> None:
+    """power-capped: a power limit over the budget is brought down to the highest value of its
+    grid within it before anything is measured, in a safety transaction confirmed like a kept
+    change (so the A/B's incumbent side never runs past the budget either); `start` is updated
+    in place. A policy that refuses it is bad input (exit 2): nothing within the budget could be
+    tried."""
+    from tuner.errors import OperationFailed
+    from tuner.search.objective import within_budget
+
+    changes = {}
+    for n, v in start.items():
+        if not within_budget(obj, n, v):
+            grid = [g for g in knobs[n].limits().search_values() if within_budget(obj, n, g)]
+            if not grid:
+                raise BadInput(f"--power-budget {obj.power_budget_w:g}: below {n}'s lowest limit")
+            changes[n] = max(grid)
+    if not changes:
+        return
+    refused = guard.policy_check_for(knobs)
+    for n, v in changes.items():
+        why = refused(n, start[n], v)
+        if why:
+            raise BadInput(f"--power-budget {obj.power_budget_w:g}: the policy refuses {n}={v} "
+                           f"({why}; {guard.policy.source})")
+    try:
+        txn = guard.begin(knobs, changes, label="power budget", candidate_key=None)
+        txn.confirm()
+    except OperationFailed as e:
+        raise OperationFailed(f"--power-budget: could not bring the power limit within it: {e}") from None
+    start.update(changes)
 
 
 def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,

@@ -298,10 +298,11 @@ class MixedEvaluator:
                                                        self.runtime.tolerance, micro)[1]
                    in ("holistic_lost", "size_regressed", "worse", "over_power_budget"))
             O.gate(self.host.objective, ab.a, ab.b, tolerance=self.runtime.tolerance,
-                   micro_gain=micro, trial=trial)
+                   micro_gain=micro, trial=trial, anchor=self.host.floor_anchor)
             if trial.verdict == "kept":
                 txn.confirm()  # polls the monitors once more: an incident now still rolls back
                 kept = True
+                O.compound(self.host.floor_anchor, trial.measurements["holistic"])
             else:
                 txn.rollback(trial.reason)
         except WorkloadHang as e:

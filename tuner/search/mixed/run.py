@@ -206,6 +206,10 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
 
     from tuner.search.sources import sources_dir
 
+    if objective is not None and chosen:  # power-capped: the run starts within the budget
+        from tuner.search.host.run import clamp_to_budget
+
+        clamp_to_budget(chosen, guard, objective, {n: k.read() for n, k in chosen.items()})
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
                          repeats=repeats, timeout_s=timeout_s, isolate=isolate,
                          store_dir=sources_dir(guard.state_dir), objective=objective)
