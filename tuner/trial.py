@@ -119,5 +119,8 @@ class Trial(BaseModel):
     incident: Optional[dict[str, Any]] = None
     cost: dict[str, float] = Field(default_factory=dict)  # e.g. tokens, usd (LLM proposer)
     ideas: list[str] = Field(default_factory=list)  # the operator's directions (--idea) it ran under
+    #: the candidate's energy as measured (tuner.search.store.energy_of): tok_per_j and watts per
+    #: size, their source; empty when the workload measured none
+    energy: dict[str, Any] = Field(default_factory=dict)
     started_at: float = Field(default_factory=time.time)
     duration_s: float = 0.0

@@ -40,7 +40,9 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         t = Table(title=f"trials ({res['store']})")
-        for col in ("#", "run", "verdict", "reason", "gain", "candidate"):
+        energy = any(tr.get("energy") for tr in res["trials"])
+        for col in ("#", "run", "verdict", "reason", "gain", *(("tok/J", "W") if energy else ()),
+                    "candidate"):
             t.add_column(col)
         for tr in res["trials"]:
             gain = f"{tr['gain']:+.2%}" if tr.get("gain") is not None else ""
@@ -51,8 +53,19 @@ def register(app: typer.Typer) -> None:
                 desc = (desc + " " if desc else "") + f"kernel {k['family']}/{k.get('variant')} {k.get('config')}"
             if cand.get("runtime"):
                 desc += f" runtime {cand['runtime']}"
-            t.add_row(str(tr["number"]), tr["run_id"][-6:], tr["verdict"], tr["reason"], gain, desc)
+            t.add_row(str(tr["number"]), tr["run_id"][-6:], tr["verdict"], tr["reason"], gain,
+                      *(_energy_cells(tr.get("energy") or {}) if energy else ()), desc)
         Console().print(t)
+
+
+def _energy_cells(e: dict) -> tuple[str, str]:
+    """tokens/J and mean watts: the one size's, or per size "size=value" where there are several."""
+    tpj, w = e.get("tok_per_j") or {}, e.get("watts") or {}
+    if len(tpj) <= 1:
+        return (f"{next(iter(tpj.values())):.3g}" if tpj else "",
+                f"{next(iter(w.values())):.0f}" if w else "")
+    return (" ".join(f"{k}={v:.3g}" for k, v in tpj.items()),
+            " ".join(f"{k}={v:.0f}" for k, v in w.items()))
 
 
 def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_json: bool) -> None:
