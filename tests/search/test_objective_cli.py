@@ -52,10 +52,10 @@ def test_a_budget_the_policy_refuses_is_bad_input_and_changes_nothing(capsys, ro
     assert _limit(root) == 700_000
 
 
-def test_energy_search_records_tokens_per_joule_and_watts(capsys, root):
+def test_energy_search_records_tokens_per_joule_and_watts(capsys, root, tmp_path):
     rc, out, err = run_cli(capsys, "--sim-root", root, "search", "host", "--budget", "6",
                            "--workload", "sim", "--timeout", "0.5", "--policy", PERMISSIVE,
-                           "--objective", "energy", "--seed", "3", "--json")
+                           "--objective", "energy", "--seed", "4", "--json")
     assert rc == 0, err
     res = json.loads(out)
     assert res["objective"] == "energy" and res["throughput_floor"] == 0.95
@@ -68,10 +68,22 @@ def test_energy_search_records_tokens_per_joule_and_watts(capsys, root):
         e = t["energy"]
         assert e["source"] == "sim_model" and set(e) == {"tok_per_j", "watts", "source"}
         assert 150 < e["watts"]["all"] <= 700 and e["tok_per_j"]["all"] > 1.0
-        assert t["objective"] == pytest.approx(e["tok_per_j"]["all"], rel=0.05) or \
-            t["reason"] == "below_throughput_floor"
+        # what the proposer learns: tokens/J, penalised where throughput fell under the floor
+        if t["measurements"]["decision"]["below_floor"]:
+            assert t["objective"] < e["tok_per_j"]["all"]
+        else:
+            assert t["objective"] == pytest.approx(e["tok_per_j"]["all"], rel=0.05)
     rc, out, _ = run_cli(capsys, "trials", "--limit", "0")
     assert rc == 0 and "tok/J" in out and " W " in out
+    chart = tmp_path / "chart.png"
+    rc, out, _ = run_cli(capsys, "trials", "--stats", "--json", "--chart", str(chart))
+    assert rc == 0
+    stats = json.loads(out)["proposers"]["optuna"]
+    kept = [t for t in trials if t["verdict"] == "kept"]
+    assert kept  # tokens/J of the kept settings after each trial, from the first keep on
+    assert stats["tok_per_j_over_time"][-1]["tok_per_j"] == pytest.approx(
+            kept[-1]["energy"]["tok_per_j"]["all"])
+    assert chart.stat().st_size > 0
 
 
 def test_power_capped_never_applies_a_limit_past_the_budget(capsys, root, tmp_path):
