@@ -102,3 +102,16 @@ def test_power_capped_never_applies_a_limit_past_the_budget(capsys, root, tmp_pa
     for t in json.loads(out)["trials"]:
         if t["energy"]:
             assert max(t["energy"]["watts"].values()) <= 500
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--objective", "speed"], ["--objective"]),
+    (["--objective", "power-capped"], ["--power-budget", "required"]),
+    (["--throughput-floor", "0.9"], ["--throughput-floor", "only with --objective energy"]),
+])
+def test_search_kernel_takes_the_same_objective_arguments(capsys, args, words):
+    rc, out, err = run_cli(capsys, "search", "kernel", "--family", "softmax", "--budget", "1",
+                           "--device", "cpu", *args)
+    assert rc == 2, (out, err)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and all(w in lines[0] for w in words), err
