@@ -168,5 +168,7 @@ class HostEvaluator:
         trial.gates.append(GateResult(gate="probation", passed=False, code=trial.reason,
                                       detail=str(incident.get("detail", ""))))
         if b:
-            trial.objective = statistics.median(s for m in b for s in m.samples or [m.value])
+            trial.objective = (statistics.median(s for m in b for s in m.samples or [m.value])
+                               if self.objective.name == "throughput" or not O.has_energy(b)
+                               else O.score(self.objective, b, trial.reason, {}))
         return trial
