@@ -43,6 +43,11 @@ class Entry:
     # the second yardstick: the best installed library kernel's time / this entry's where one
     # was measured (1.0 for an entry that is that library kernel; None: no library offered)
     speedup_vs_library: Optional[float] = None
+    # energy beside time (where measured, kernelsearch.energy): joules and mean board watts per
+    # call, and the best library kernel's joules / this entry's (>1: this entry uses less)
+    energy_j: Optional[float] = None
+    mean_w: Optional[float] = None
+    energy_vs_library: Optional[float] = None
 
     def covers(self, dims: dict[str, int]) -> bool:
         for k, v in self.match.items():
@@ -66,14 +71,18 @@ class DispatchTable:
                 return e
         return None
 
-    def choose(self, family: str, dtype: str, dims: dict[str, int],
-               usable: Any = None) -> tuple[str, Optional[Entry], Optional[str]]:
+    def choose(self, family: str, dtype: str, dims: dict[str, int], usable: Any = None,
+               objective: Optional[str] = None) -> tuple[str, Optional[Entry], Optional[str]]:
         """What runs a call, in FALLBACK order: ("table", entry, variant) for the first entry
         that covers it and is `usable(entry)` (default: a library entry only where that library
         is found here, a Gluon one only where it is offered: kernelsearch.families.gluon), else ("library", None, variant) for the best library kernel offered at
-        the shape, else ("torch", None, None)."""
+        the shape, else ("torch", None, None). `objective` (default: the table's
+        meta["objective"], else "throughput"): under "energy" an entry gives way to the library
+        where it was measured using no less energy than it (`energy_vs_library`)."""
         from kernelsearch.families import get, library as libvars
 
+        if objective is None:
+            objective = str(self.meta.get("objective") or "throughput")
         fam = get(family)
         for e in self.entries:
             if e.family == family and e.dtype == dtype and e.covers(dims):
@@ -81,20 +90,24 @@ class DispatchTable:
                 ok = usable(e) if usable is not None else (
                     var is None or not (var.kind == "library" or var.gpu_only)
                     or var.valid(e.config, _shape(fam, dims)))
-                if ok and not self._yields(fam, e, dims, dtype):
+                if ok and not self._yields(fam, e, dims, dtype, objective):
                     return "table", e, e.variant
         shape = _shape(fam, dims)
         best = libvars.best(fam, shape, dtype) if shape is not None else None
         return ("library", None, best) if best else ("torch", None, None)
 
     @staticmethod
-    def _yields(fam: Any, e: Entry, dims: dict[str, int], dtype: str) -> bool:
+    def _yields(fam: Any, e: Entry, dims: dict[str, int], dtype: str,
+                objective: str = "throughput") -> bool:
         """An entry measured no faster than the best library kernel (speedup_vs_library within
         LIBRARY_MARGIN) gives way to that library wherever it is offered here: a table built
-        or shipped without the library must not override it on a host that has it."""
+        or shipped without the library must not override it on a host that has it. Under the
+        "energy" objective the same, by energy (energy_vs_library) where it was measured."""
         from kernelsearch.families import library as libvars
 
-        if e.speedup_vs_library is None or e.speedup_vs_library > 1 + LIBRARY_MARGIN:
+        x = e.energy_vs_library if objective == "energy" and e.energy_vs_library is not None \
+            else e.speedup_vs_library
+        if x is None or x > 1 + LIBRARY_MARGIN:
             return False
         var = fam.variants.get(e.variant)
         if var is not None and var.kind == "library":
@@ -175,7 +188,9 @@ class DispatchTable:
             out.append(Entry(e["family"], e["dtype"], dict(match),
                              {k: list(r) for k, r in ranges.items()}, e["variant"], dict(cfg),
                              e.get("speedup"), list(e.get("measured", [])),
-                             e.get("speedup_vs_library")))
+                             e.get("speedup_vs_library"),
+                             *(_number(e, k, w) for k in ("energy_j", "mean_w",
+                                                          "energy_vs_library"))))
         if not isinstance(d.get("device", ""), str):
             raise TableError(f"{where}.device: expected a string, got {_brief(d['device'])}")
         if not isinstance(d.get("meta", {}), dict):
@@ -215,6 +230,13 @@ FALLBACK = ("table", "library", "torch")
 #: a searched kernel must beat the best library kernel at its shape by more than this to get
 #: an entry (plan) or, in a mixed search, to be measured end to end at all (behind_library)
 LIBRARY_MARGIN = 0.02
+
+
+def _number(e: dict, k: str, where: str) -> Optional[float]:
+    v = e.get(k)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+        raise TableError(f"{where}.{k}: expected a non-negative number, got {_brief(v)}")
+    return None if v is None else float(v)
 
 
 def _shape(fam: Any, dims: dict[str, int]) -> Optional[tuple]:
@@ -299,22 +321,22 @@ def certify(entries: list[Entry], evidence: Evidence) -> list[Entry]:
 
 
 def build(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
-          device: str = "",
-          checked: Any = None) -> list[Entry]:
+          device: str = "", checked: Any = None,
+          objective: str = "throughput") -> list[Entry]:
     """`plan`, then `certify`: every entry's largest point must be among the shapes checked for
     its (variant, config, dtype): `checked` records (see `evidence_of`) and each result's own
     "checked" list of shapes. Raises TableError otherwise."""
     ev = evidence_of(checked)
-    for r in [_with_library(r, margin) for r in results]:
+    for r in [_with_library(r, margin, objective) for r in results]:
         if r.get("variant") is not None:
             for shape in r.get("checked", []):
                 ev.setdefault(_key(r["variant"], r["config"], r["dtype"]), set()).add(
                     tuple(int(x) for x in shape))
-    return certify(plan(family_name, results, margin, device), ev)
+    return certify(plan(family_name, results, margin, device, objective), ev)
 
 
 def plan(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
-         device: str = "") -> list[Entry]:
+         device: str = "", objective: str = "throughput") -> list[Entry]:
     """Entries from per-shape search results, not yet certified (see `build`). Each result: {"shape", "dtype", "variant",
     "config", "time_s", "baseline_s"} (baseline: the faster torch path), and where a library
     kernel was measured at the shape, "library_variant" and "library_s" (the best one's time).
@@ -339,7 +361,7 @@ def plan(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
         rs.sort(key=lambda r: r["dims"][primary])
         pts = [r["dims"][primary] for r in rs]
         for i, r in enumerate(rs):
-            r = _with_library(r, margin)
+            r = _with_library(r, margin, objective)
             if r.get("variant") is None or r["time_s"] * (1 + margin) >= r["baseline_s"]:
                 continue
             lo = pts[i] if i == 0 else math.floor(math.sqrt(pts[i - 1] * pts[i])) + 1
@@ -355,6 +377,10 @@ def plan(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
             if r.get("library_s"):
                 meas.update(library=r["library_variant"], library_us=r["library_s"] * 1e6)
                 lib_x = r["library_s"] / r["time_s"]
+            en = {k: r[k] for k in ("energy_j", "mean_w") if r.get(k) is not None}
+            meas.update(en)  # per call, where measured (kernelsearch.energy)
+            lib_e = r["library_energy_j"] / r["energy_j"] \
+                if r.get("library_energy_j") and r.get("energy_j") else None
             prev = entries[-1] if entries else None
             if prev and prev.family == family_name and prev.dtype == r["dtype"] \
                     and prev.variant == r["variant"] and prev.config == r["config"] \
@@ -365,10 +391,12 @@ def plan(family_name: str, results: list[dict], margin: float = LIBRARY_MARGIN,
                 prev.speedup = min(prev.speedup or 1e9, r["baseline_s"] / r["time_s"])
                 if lib_x is not None:
                     prev.speedup_vs_library = min(prev.speedup_vs_library or 1e9, lib_x)
+                if lib_e is not None:
+                    prev.energy_vs_library = min(prev.energy_vs_library or 1e9, lib_e)
                 continue
             entries.append(Entry(family_name, r["dtype"], match, ranges, r["variant"],
                                  dict(r["config"]), r["baseline_s"] / r["time_s"], [meas],
-                                 lib_x))
+                                 lib_x, en.get("energy_j"), en.get("mean_w"), lib_e))
     return entries
 
 
@@ -388,16 +416,21 @@ def behind_library(verdict: dict, margin: float = LIBRARY_MARGIN) -> Optional[st
             f"shape (needs more than x{1.0 + margin:.2f}): the library kernel runs here instead")
 
 
-def _with_library(r: dict, margin: float) -> dict:
+def _with_library(r: dict, margin: float, objective: str = "throughput") -> dict:
     """The result a shape's entry is made from: the searched kernel's where it beats the best
-    library kernel measured there by more than `margin`, otherwise the library kernel's."""
+    library kernel measured there by more than `margin`, otherwise the library kernel's. Under
+    "energy", where both energies were measured, beating it means using less energy a call."""
     if not r.get("library_s") or not r.get("library_variant"):
         return r
     if r.get("variant") == r["library_variant"]:
         return dict(r, library_s=min(r["library_s"], r["time_s"]))
-    if r.get("variant") is not None and r["time_s"] * (1 + margin) < r["library_s"]:
+    ours, lib = r["time_s"], r["library_s"]
+    if objective == "energy" and r.get("energy_j") and r.get("library_energy_j"):
+        ours, lib = r["energy_j"], r["library_energy_j"]
+    if r.get("variant") is not None and ours * (1 + margin) < lib:
         return r
     return dict(r, variant=r["library_variant"], config={}, time_s=r["library_s"],
+                energy_j=r.get("library_energy_j"), mean_w=r.get("library_mean_w"),
                 checked=r.get("library_checked", []))
 
 

@@ -29,6 +29,7 @@ import errno
 import json
 import math
 import os
+import re
 import stat
 from typing import Any, Callable, Optional
 
@@ -329,7 +330,27 @@ def _depth(data: Any) -> int:
     return deepest
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_nesting(text: str) -> int:
+    """How deep the brackets of a JSON text nest outside its strings, found without parsing it
+    (the parser recurses once per level: a line of 10,000 `[` is refused before it). Exact
+    above MAX_DEPTH; at most MAX_DEPTH otherwise (the count of opening brackets, when few)."""
+    opening = text.count("[") + text.count("{")
+    if opening <= MAX_DEPTH:
+        return opening
+    deepest = depth = 0
+    for b in _JSON_BRACKET.findall(_JSON_STRING.sub("", text)):
+        depth += 1 if b in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def parse_json(text: str, name: str, error: ErrorType = InputError) -> Any:
+    if json_nesting(text) > MAX_DEPTH:
+        raise error(f"{name}: not valid JSON: nested more than {MAX_DEPTH} levels deep")
     try:
         data = json.loads(text, parse_constant=_no_constant, parse_float=_finite,
                           object_pairs_hook=_no_duplicates)

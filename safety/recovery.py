@@ -60,6 +60,7 @@ def rollback_to_baseline(journal: Journal, knobs: Mapping[str, Any], *, state_di
     """Undo anything unconfirmed, then return every journalled knob to its baseline value. The
     restore itself is journalled like any change (intent before write) and confirmed at once;
     the policy is not consulted: going back to what the host had is always allowed."""
+    undone: list[dict[str, Any]] = []  # what was undone under a live writer: said, not lost
     try:
         lock = _lock(journal, state_dir, "rollback", min(0.5, lock_timeout))
     except Busy:
@@ -67,10 +68,12 @@ def rollback_to_baseline(journal: Journal, knobs: Mapping[str, Any], *, state_di
         # against its own rollback); it sees that at its next check and lets the lock go
         for t in journal.open_txns():
             if t["state"] == "probation":
-                rollback_txn(journal, knobs, t["id"], "rolled back by the operator")
+                undone.append(rollback_txn(journal, knobs, t["id"], "rolled back by the operator"))
         lock = _lock(journal, state_dir, "rollback", lock_timeout)
     try:
         rec = recover(journal, knobs, state_dir=state_dir, reason="rollback to baseline")
+        rec = {"recovered": undone + rec["recovered"],
+               "ok": rec["ok"] and all(d["state"] == "rolled_back" for d in undone)}
         plan, skipped = [], []
         for name, b in journal.baseline().items():
             k = knobs.get(name)

@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
-"""Render deploy/k8s/*.yaml from values.yaml and config.toml (PyYAML only, no metaltune import).
+"""Render deploy/k8s/{base,canary,main}/*.yaml from values.yaml and config.toml (PyYAML only, no
+metaltune import).
 
-    python3 deploy/k8s/generate.py            # rewrite the manifests beside this file
+    python3 deploy/k8s/generate.py            # rewrite the manifests under this folder
     python3 deploy/k8s/generate.py --check    # exit 1 if they differ from what values.yaml gives
     python3 deploy/k8s/generate.py --out DIR  # write them elsewhere
+
+The manifests are split by rollout step, one folder each, so `kubectl apply -f FOLDER` applies
+exactly one step and never reads the generator's inputs beside them:
+    base/    the Namespace and the metrics Service (shared by both DaemonSets)
+    canary/  the canary's ConfigMap and DaemonSet: apply it, then gate on its rollout status
+    main/    the main ConfigMap and DaemonSet: apply it once every canary pod is Ready
 
 Why a generator: a DaemonSet rolls its pods only when its pod template changes, and editing a
 ConfigMap changes no template. Each pod template carries `metaltune.io/config-sha256`, the SHA-256
@@ -165,17 +172,19 @@ def render(values: Path = HERE / "values.yaml", config: Path = HERE / "config.to
     def doc(*objs: dict[str, Any], note: str = "") -> str:
         return HEADER + note + "---\n".join(yaml.dump(o, Dumper=_Dumper, sort_keys=False, width=110) for o in objs)
 
-    out = {"00-namespace.yaml": doc(ns)}
+    out = {"base/00-namespace.yaml": doc(ns)}
     notes = {
         "main": "# metaltune on every GPU node that is not a canary: apply the profile through its safety\n"
-                "# transaction, then run the daemon. Roll it after every canary pod is Ready.\n",
+                "# transaction, then run the daemon. Apply this folder after every canary pod is Ready:\n"
+                f"#   kubectl rollout status ds/metaltune-canary -n {v['namespace']} && kubectl apply -f deploy/k8s/main/\n",
         "canary": "# The canary: the same pod on nodes labelled metaltune.io/canary=true, with its own ConfigMap.\n"
-                  "# Roll it first; `kubectl rollout status ds/metaltune-canary -n metaltune` is the gate.\n",
+                  f"# Apply this folder first (after base/); `kubectl rollout status ds/metaltune-canary -n {v['namespace']}`\n"
+                  "# is the gate before deploy/k8s/main/.\n",
     }
-    for role, fname in (("main", "metaltune-daemonset.yaml"), ("canary", "metaltune-canary.yaml")):
+    for role, fname in (("main", "main/metaltune-daemonset.yaml"), ("canary", "canary/metaltune-canary.yaml")):
         cm = configmap(v, role, template)
         out[fname] = doc(cm, daemonset(v, role, cm), note=notes[role])
-    out["metaltune-metrics.yaml"] = doc(service(v))
+    out["base/metaltune-metrics.yaml"] = doc(service(v))
     return out
 
 
@@ -189,12 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     files = render(a.values, a.config)
     stale = [n for n, text in files.items()
              if not (a.out / n).is_file() or (a.out / n).read_text(encoding="utf-8") != text]
+    # kubectl applies every .yaml/.yml/.json in a folder: anything else there is applied too
+    stray = sorted({str(p.relative_to(a.out)) for d in {Path(n).parent for n in files} if (a.out / d).is_dir()
+                    for p in (a.out / d).iterdir()} - set(files))
     if a.check:
         for n in stale:
             print(f"generate.py: {a.out / n} is out of date: run python3 deploy/k8s/generate.py", file=sys.stderr)
-        return 1 if stale else 0
-    a.out.mkdir(parents=True, exist_ok=True)
+        for n in stray:
+            print(f"generate.py: {a.out / n} is not a generated manifest: `kubectl apply -f` would read it; "
+                  "remove it", file=sys.stderr)
+        return 1 if stale or stray else 0
+    for n in stray:
+        print(f"note: {a.out / n} is not a generated manifest: `kubectl apply -f` would read it; remove it",
+              file=sys.stderr)
     for n in stale:
+        (a.out / n).parent.mkdir(parents=True, exist_ok=True)
         (a.out / n).write_text(files[n], encoding="utf-8")
         print(f"wrote {a.out / n}")
     return 0

@@ -13,7 +13,7 @@ import torch
 
 from kernelsearch.families.base import (DISTRIBUTIONS, LAYOUTS, Family, dtype_name, dtype_of,
                                         relayout)
-from kernelsearch.harness import guard, sandbox
+from kernelsearch.harness import guard, ranks, sandbox
 from kernelsearch.harness.verdict import Rejected
 
 
@@ -490,19 +490,19 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
                             "replaced by a no-op the output did not change")
             ghost_done = True
         log.append(f"{shape} {dtype} {dist}")
-    for shape in boundary or []:
+    for shape, rank in ranks.after(family, shapes, boundary):  # then every other input rank
         for dtype in dtypes:
             seed = _fresh_seed()
             dist = next(draws.edge_dist)
             poison_kind, grad = next(draws.poison), next(draws.grad)
             args = out = out2 = out3 = fresh = gout = None  # the previous check's tensors
-            args = draws.batch_order(draws.scalars_into(family.make_inputs(
-                tuple(shape), dtype, device, torch.Generator().manual_seed(seed), dist)))
-            where = (f"boundary shape {tuple(shape)} {dtype} {dist} seed {seed} "
+            args, what = ranks.inputs(family, draws, shape, dtype, device, seed, dist, rank,
+                                      dispatch_runs)
+            where = (f"{what} {tuple(shape)} {dtype} {dist} seed {seed} "
                      f"({_describe(args, family)}, {grad}, poison {poison_kind})")
             _checked_call(runner, family, args, dtype, device, where,
                           poison_value(poison_kind, dtype), grad)
-        log.append(f"boundary {tuple(shape)}")
+        log.append(f"boundary {tuple(shape)}" if rank is None else f"rank {rank} {tuple(shape)}")
     return log
 
 

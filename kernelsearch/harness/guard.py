@@ -16,12 +16,13 @@ by construction rather than by the tricks someone thought of:
   methods on values; no f-strings, `%` formatting or `.format` (the text of a kernel object
   shows its launch state);
 - every annotation (module level, arguments, returns) and every decorator is checked.
-
-Each violation has a stable rule name (the verdict's `rule`, which the LLM proposer's context
-shows beside the reason code)."""
+Size and nesting are bounded before anything is parsed (`guard_bounds`). Each violation has a
+stable rule name (the verdict's `rule`, which the LLM proposer's context shows by the code)."""
 from __future__ import annotations
 
 import ast
+
+from kernelsearch.harness import guard_bounds
 from dataclasses import dataclass
 
 # ---- what may be imported and named ---------------------------------------------------------
@@ -688,9 +689,10 @@ def check_source(source: str) -> list[Violation]:
     """All guard violations in a candidate's source (empty list: the guard passes), by line
     and, within a line, most telling rule first."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        return [Violation("syntax", e.lineno or 0, f"syntax error: {e.msg}")]
+        tree = guard_bounds.parse(source)
+    except SyntaxError as e:  # guard_bounds.Refused: its own rule and reason
+        return [Violation(getattr(e, "rule", "syntax"), e.lineno or 0,
+                          getattr(e, "why", f"syntax error: {e.msg}"))]
     v = _Checker(tree).run()
     rank = {r: i for i, r in enumerate(RULE_ORDER)}
     return sorted(v, key=lambda x: (x.line or 10 ** 9, rank.get(x.rule, len(rank))))
@@ -700,7 +702,7 @@ def uses_gluon(source: str) -> bool:
     """Whether the candidate defines a `@gluon.jit` kernel (it then runs only on an sm_90 GPU:
     Gluon has no interpreter path). False for a source that does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = guard_bounds.parse(source)
     except SyntaxError:
         return False
     aliases = _aliases(tree)
@@ -710,20 +712,19 @@ def uses_gluon(source: str) -> bool:
 
 def launched_kernels(source: str) -> set[str]:
     """Names of the jit kernels `forward` launches (for the runtime launch counter)."""
-    c = _Checker(ast.parse(source))
+    c = _Checker(guard_bounds.parse(source))
     c.run()
     return c.launched
 
 
 def ghost_source(source: str) -> str:
     """The candidate with every jit body replaced by a no-op (the 'ghost' run)."""
-    tree = ast.parse(source)
+    tree = guard_bounds.parse(source)
     aliases = _aliases(tree)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and _is_jit(node, aliases):
             node.body = [ast.Pass()]
-    ast.fix_missing_locations(tree)
-    return ast.unparse(tree)
+    return ast.unparse(ast.fix_missing_locations(tree))
 
 
 # ---- jit bodies ---------------------------------------------------------------------------
@@ -743,9 +744,8 @@ JIT_ATTRS = {
     "is_fp16", "is_fp32", "is_fp64", "is_fp8", "is_int_signed", "is_int_unsigned", "is_block",
     "is_bool", "int_bitwidth", "fp_mantissa_width", "with_element_ty",
     # Gluon values: shared memory descriptors, their slices, layouts
-    "index", "slice", "permute", "reinterpret", "layout", "_reinterpret", "load", "store",
+    "index", "slice", "permute", "reinterpret", "layout", "load", "store",
 }
-JIT_ATTRS.discard("_reinterpret")
 # Builtins a kernel may call (the ones triton's frontend understands)
 JIT_BUILTINS = {"range", "min", "max", "int", "float", "bool", "len", "abs", "isinstance",
                 "tuple", "zip", "enumerate", "True", "False", "None"}

@@ -350,6 +350,7 @@ def _time_shape(runner, family, shape, dtypes, device, reps, ceilings, incumbent
         rec["speedup_vs_incumbent"] = ab["speedup"]
         rec["incumbent_spread"] = [ab["speedup_p25"], ab["speedup_p75"]]
     yard = _library_yardstick(family, shape, dt, own)
+    rec.update(tm.energy_costs(fn, yard[1] if yard else None, sets, device))  # J a call, mean W
     if yard is not None:  # the second yardstick: the best installed library kernel
         try:
             ab = tm.ab(fn, yard[1], sets, device, **ab_kw)

@@ -9,7 +9,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -196,6 +196,84 @@ def host_costs(fn: Callable, torch_fn: Callable, arg_sets: list, device: str) ->
         return {"host_us": ours * 1e6, "torch_host_us": host_cost(torch_fn, arg_sets, device) * 1e6}
     except Exception as e:  # noqa: BLE001 - see the docstring
         return {"host_error": f"{type(e).__name__}: {e}"[:200]}
+
+
+#: how long a kernel runs (CUDA-graph replays) inside one energy window: NVML's counter moves
+#: in steps of tens of milliseconds, so a window well over that (the facts' run used ~2 s)
+ENERGY_WINDOW_S = 0.5
+
+
+def energy_per_call(fn: Callable, arg_sets: list, device: str,
+                    seconds: float = ENERGY_WINDOW_S, meter: Any = None) -> dict:
+    """Joules per call and the board's mean watts while fn runs back to back for `seconds`
+    (on CUDA one graph over the input sets, replayed; else the calls themselves), read with
+    kernelsearch.energy (NVML, read only): {"energy_j", "mean_w", "energy_source",
+    "energy_calls", "energy_mode" (graph|eager), "energy_overhead"}; {"energy_source": "",
+    "energy_error": why} where no reading was had. Nothing off CUDA unless a meter is given
+    (the CPU draws no GPU power)."""
+    if device != "cuda" and meter is None:
+        return {}
+    from kernelsearch.energy import EnergyMeter
+
+    meter = meter if meter is not None else EnergyMeter(_device_index())
+    mode, run = "eager", (lambda: [fn(*a) for a in arg_sets])
+    if device == "cuda":
+        try:
+            mode, run = "graph", _graph_of(fn, arg_sets)
+        except Exception:  # noqa: BLE001 - not capturable: the eager calls, said in the record
+            mode = "eager"
+    calls = 0
+    with meter:
+        t0 = _perf()
+        while calls == 0 or _perf() - t0 < seconds:
+            run()
+            calls += len(arg_sets)
+        if device == "cuda":
+            _sync()
+    r = meter.reading
+    if r.joules is None:
+        return {"energy_source": "", "energy_error": r.reason[:300]}
+    return {"energy_j": r.joules / calls, "mean_w": r.mean_w, "energy_source": r.source,
+            "energy_calls": calls, "energy_mode": mode, "energy_overhead": r.overhead}
+
+
+def energy_costs(fn: Callable, lib_fn: Optional[Callable], arg_sets: list, device: str) -> dict:
+    """energy_per_call for a timing record, and the library kernel's beside it
+    (`library_energy_j`, `library_mean_w`, `energy_vs_library`: its joules / ours, >1: ours uses
+    less). Informational like host_costs: a failure is recorded, never raised."""
+    try:
+        rec = energy_per_call(fn, arg_sets, device)
+        if lib_fn is not None and rec.get("energy_j"):
+            lib = energy_per_call(lib_fn, arg_sets, device)
+            if lib.get("energy_j"):
+                rec.update(library_energy_j=lib["energy_j"], library_mean_w=lib["mean_w"],
+                           energy_vs_library=lib["energy_j"] / rec["energy_j"])
+        return rec
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        return {"energy_source": "", "energy_error": f"{type(e).__name__}: {e}"[:200]}
+
+
+def _device_index() -> int:
+    try:
+        return int(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _graph_of(fn: Callable, arg_sets: list) -> Callable[[], None]:
+    """A CUDA graph of one call per input set (as bench_graph captures it); its replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for a in arg_sets:
+            fn(*a)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for a in arg_sets:
+            fn(*a)
+    _sync()
+    return g.replay
 
 
 def _summary(samples: list[float], mode: str) -> dict:

@@ -47,7 +47,6 @@ implementation name)."""
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 import warnings
@@ -56,11 +55,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from kernelsearch.integrations.feedback import Feedback
 from kernelsearch.shipped import gpu_slug, shipped_table  # noqa: F401  (this module's API too)
 
 ATTN = "metaltune"
 DEFAULT_ATTN = "sdpa"  # transformers' default: the one implementation patch replaces by itself
-log = logging.getLogger(__name__)
+log = Feedback(__name__)  # the patch line shows without any logging set up
 
 
 class NothingPatched(UserWarning):

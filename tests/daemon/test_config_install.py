@@ -134,8 +134,9 @@ def test_systemd_analyze_verify_passes(tmp_path):
 @needs_analyze
 def test_systemd_analyze_catches_a_broken_unit(tmp_path):
     # the check above is only worth something if verify really rejects a bad unit
-    install(tmp_path, exec_start=["/nonexistent/metaltune"])
-    unit = tmp_path / "etc/systemd/system/metaltune.service"
+    # (install itself refuses such an --exec now: the unit is rendered as it used to be written)
+    unit = tmp_path / "metaltune.service"
+    unit.write_text(render_unit(["/nonexistent/metaltune"]))
     v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert v.returncode != 0 and "nonexistent" in v.stderr
 
@@ -278,3 +279,36 @@ def test_check_root_says_not_ok_for_metrics_the_unit_cannot_serve(tmp_path):
     # --root alone does not start a daemon
     r = cli("daemon", "--root", str(root))
     assert r.returncode == 2 and "--check" in r.stderr
+
+
+def test_install_refuses_an_exec_that_is_not_there_and_check_says_not_ok(tmp_path):
+    """Issue 33: `install --exec PATH` wrote a unit for a path that does not exist, and
+    `daemon --check --root` then said ok: the service would fail with 203/EXEC at every start."""
+    root = tmp_path / "root"
+    for exe, why in ((tmp_path / "nowhere/metaltune", "no such file"), (tmp_path, "not a regular file")):
+        r = cli("install", "--root", str(root), "--exec", str(exe))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+        assert f"--exec: {exe}: {why}" in r.stderr and "Traceback" not in r.stderr
+        assert not root.exists()  # nothing written
+    plain = tmp_path / "metaltune"
+    plain.write_text("#!/bin/sh\n")
+    plain.chmod(0o644)
+    r = cli("install", "--root", str(root), "--exec", str(plain))
+    assert r.returncode == 2 and "not executable" in r.stderr and not root.exists(), r.stderr
+    # a path that is there only under --root (the final system's) is accepted
+    inside = root / "opt/metaltune/bin/metaltune"
+    inside.parent.mkdir(parents=True)
+    inside.write_text("#!/bin/sh\n")
+    inside.chmod(0o755)
+    r = cli("install", "--root", str(root), "--exec", "/opt/metaltune/bin/metaltune")
+    assert r.returncode == 0, r.stderr
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 0 and "can run it" in r.stdout, r.stderr
+    # the executable goes away (or loses its x bit) after the install: check says not ok
+    inside.chmod(0o644)
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+    assert "not ok" in r.stderr and "/opt/metaltune/bin/metaltune" in r.stderr and "not executable" in r.stderr
+    inside.unlink()
+    r = cli("daemon", "--check", "--root", str(root))
+    assert r.returncode == 1 and "no such file" in r.stderr and "install --exec" in r.stderr, r.stderr

@@ -107,3 +107,17 @@ def test_a_log_setting_of_off_writes_nothing(state, monkeypatch):
     assert canary.log_path(state / "kernels" / "sources") is None
     monkeypatch.setenv(canary.LOG_ENV, str(state / "x.jsonl"))
     assert canary.log_path() == state / "x.jsonl"
+
+
+def test_a_nested_line_is_counted_and_skipped_before_it_is_parsed(state):
+    """10 KB of nested brackets (issue 33): refused by its depth, never handed to the parser
+    (its RecursionError used to leave the offset where it was, blinding the monitor)."""
+    m = KernelCanaryMonitor(state)
+    m.arm()
+    inc = _incident()
+    with open(_log(state), "ab") as f:
+        f.write(b"[" * 10240 + b"\n" + b'{"a":' * 2000 + b"\n")
+    canary.append(_log(state), inc)
+    (got,) = m.poll()
+    assert got.data["id"] == inc["id"] and m.skipped == 2
+    assert m.poll() == []

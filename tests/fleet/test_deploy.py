@@ -63,12 +63,76 @@ def test_playbook_is_canary_then_waves_and_calls_real_commands():
     assert used <= _metaltune_commands()
 
 
+#: where each generated file lies: one folder per rollout step (issue 33: the documented
+#: `kubectl apply -f deploy/k8s/` read the generator's values.yaml and applied both DaemonSets)
+FILES = {"00-namespace.yaml": "base", "metaltune-metrics.yaml": "base",
+         "metaltune-canary.yaml": "canary", "metaltune-daemonset.yaml": "main"}
+
+
 def manifests() -> list[Path]:
-    return sorted(p for p in K8S.glob("*.yaml") if p.name != "values.yaml")
+    return sorted(K8S / d / n for n, d in FILES.items())
 
 
 def docs(name: str) -> list[dict]:
-    return list(yaml.safe_load_all((K8S / name).read_text()))
+    return list(yaml.safe_load_all((K8S / FILES[name] / name).read_text()))
+
+
+def _documented_steps() -> list[tuple[str, str]]:
+    """The `kubectl` commands deploy/README.md tells a user to run, in order: (verb, argument)."""
+    text = (DEPLOY / "README.md").read_text()
+    return [(m.group(1), m.group(2)) for m in
+            re.finditer(r"kubectl (apply -f|rollout status|delete -f) ([^\s`]+)", text)]
+
+
+def _validate(files: list[str], version: str = K8S_VERSIONS[-1]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "kubernetes-validate"), "--strict", "-k", version, *files],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_documented_kubectl_commands_apply_valid_manifests_canary_first():
+    """Every folder the docs `kubectl apply -f` holds manifests only (kubectl reads each .yaml,
+    .yml and .json in it), each valid; the canary DaemonSet is applied on its own, gated by its
+    rollout status, before the main one."""
+    steps = _documented_steps()
+    applied = [arg for verb, arg in steps if verb == "apply -f"]
+    assert applied, steps
+    daemonsets: list[list[str]] = []
+    for arg in applied:
+        folder = ROOT / arg
+        assert folder.is_dir() and folder.resolve().is_relative_to(K8S.resolve()), arg
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        assert files, arg
+        # kubectl would read these: each must be a manifest, or the apply fails half-way
+        read = [p for p in files if p.suffix in (".yaml", ".yml", ".json")]
+        r = _validate([str(p) for p in read])
+        assert r.returncode == 0, f"kubectl apply -f {arg}: " + r.stdout + r.stderr
+        # and nothing else: the folder is the step, not a place for the generator's inputs
+        assert read == files, f"{arg}: not manifests: {[p.name for p in files if p not in read]}"
+        daemonsets.append([d["metadata"]["name"] for p in read for d in yaml.safe_load_all(p.read_text())
+                           if d and d.get("kind") == "DaemonSet"])
+    with_ds = [(arg, ds) for arg, ds in zip(applied, daemonsets) if ds]
+    # one DaemonSet per apply, the canary's first
+    assert [ds for _, ds in with_ds] == [["metaltune-canary"], ["metaltune"]], with_ds
+    canary_at = steps.index(("apply -f", with_ds[0][0]))
+    main_at = steps.index(("apply -f", with_ds[1][0]))
+    gates = [i for i, (verb, arg) in enumerate(steps) if verb == "rollout status" and arg == "ds/metaltune-canary"]
+    assert any(canary_at < g < main_at for g in gates), steps
+    # every file the generator writes is in a folder the docs apply; its inputs are in none of them
+    assert {p.parent for p in manifests()} == {ROOT / a for a in applied}
+    assert all((K8S / n).is_file() and K8S != ROOT / a for n in ("values.yaml", "config.toml") for a in applied)
+
+
+def test_generate_check_flags_a_stray_file_that_kubectl_would_apply(tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--out", str(out)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == \
+        {f"{d}/{n}" for n, d in FILES.items()}
+    (out / "canary/values.yaml").write_text("main: {profile: h200}\n")
+    r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--out", str(out), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "canary/values.yaml is not a generated manifest" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -76,8 +140,7 @@ def test_every_manifest_passes_kubernetes_validate_strict(version):
     tool = BIN / "kubernetes-validate"
     assert tool.exists(), "kubernetes-validate is a test extra: pip install -e '.[test]'"
     files = [str(p) for p in manifests()]
-    assert {Path(f).name for f in files} == {"00-namespace.yaml", "metaltune-daemonset.yaml",
-                                             "metaltune-canary.yaml", "metaltune-metrics.yaml"}
+    assert {p.name for d in ("base", "canary", "main") for p in (K8S / d).iterdir()} == set(FILES)
     r = subprocess.run([str(tool), "--strict", "-k", version, *files], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     kinds = re.findall(r"passed for resource (\w+)/", r.stdout)
@@ -130,9 +193,9 @@ def test_each_daemonset_has_its_own_configmap_and_its_hash_rolls_only_it(tmp_pat
     def ann(f: Path) -> str:
         return list(yaml.safe_load_all(f.read_text()))[1]["spec"]["template"]["metadata"]["annotations"]["metaltune.io/config-sha256"]
 
-    assert ann(tmp_path / "out/metaltune-canary.yaml") != ann(K8S / "metaltune-canary.yaml")
-    assert ann(tmp_path / "out/metaltune-daemonset.yaml") == ann(K8S / "metaltune-daemonset.yaml")
-    assert 'profile = "h200-next"' in list(yaml.safe_load_all((tmp_path / "out/metaltune-canary.yaml").read_text()))[0]["data"]["config.toml"]
+    assert ann(tmp_path / "out/canary/metaltune-canary.yaml") != ann(K8S / "canary/metaltune-canary.yaml")
+    assert ann(tmp_path / "out/main/metaltune-daemonset.yaml") == ann(K8S / "main/metaltune-daemonset.yaml")
+    assert 'profile = "h200-next"' in list(yaml.safe_load_all((tmp_path / "out/canary/metaltune-canary.yaml").read_text()))[0]["data"]["config.toml"]
     values["main"]["probation"] = "soon"
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
     r = subprocess.run([sys.executable, str(K8S / "generate.py"), "--values", str(tmp_path / "values.yaml"),

@@ -102,3 +102,27 @@ def test_the_kernels_package_route_kernelizes_with_metaltunes_layers(spec, norms
     assert all("forward" not in mod.__dict__ for mod in model.modules())
     with torch.no_grad():
         assert torch.equal(model(ids).logits, ref.logits)
+
+
+def test_a_plain_script_sees_what_patch_replaced(tmp_path):
+    """Issue 33: the success line was logged at INFO, which a script that never set up logging
+    does not show (its failure, a UserWarning, did show). A user's script, as a child process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "user.py"
+    script.write_text(
+        "from kernelsearch.integrations.transformers import patch\n"
+        "from tests.hfhelpers import covering_table\n"
+        "from tuner.workloads.hf import HFModel\n"
+        "m = HFModel('tiny-llama')  # a tiny Llama with random weights\n"
+        "patch(m.model, covering_table(m.config))\n")
+    env = {**os.environ, "PYTHONPATH": str(root), "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                       cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "metaltune: patched LlamaForCausalLM: mlp x2, rmsnorm x5, rope x1, attention x1" in r.stderr, \
+        r.stderr[-2000:]

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         if check:
             unit = (root or Path("/")) / UNIT_DIR / UNIT_NAME
             if (root is not None or path == dconfig.DEFAULT_PATH) and unit.is_file():
-                dcheck.unit_serves(cfg, unit)
+                dcheck.unit_serves(cfg, unit, root or Path("/"))
                 typer.echo(f"{path}: ok ({unit} can run it)")
             else:
                 typer.echo(f"{path}: ok")

@@ -88,10 +88,16 @@ def check_cmd(
     dev = _device(device)
     from kernelsearch.families import get, gluon
     from kernelsearch.harness import guard
+    from kernelsearch.harness.judge import guard_stage
 
-    if guard.uses_gluon(candidate.read_text(errors="replace")) and gluon.why_not_on(dev):
-        raise BadInput(f"--candidate {candidate}: a Gluon kernel runs only on an sm_90 GPU: "
-                       f"{gluon.why_not_on(dev)}")
+    source = candidate.read_text(errors="replace")
+    v = None
+    if guard.uses_gluon(source) and gluon.why_not_on(dev):
+        # the guard first, as the judge runs it: a source that breaks it gets its verdict here
+        v = guard_stage(source)
+        if v is None:
+            raise BadInput(f"--candidate {candidate}: a Gluon kernel runs only on an sm_90 GPU: "
+                           f"{gluon.why_not_on(dev)}")
     fam = get(family)
     for d in dtype or []:
         if d not in fam.dtypes:
@@ -111,12 +117,13 @@ def check_cmd(
         kw["timing_shapes"] = shapes
     from kernelsearch.families import library
 
-    lib = library.shipped(fam, candidate.read_text(errors="replace"))
+    lib = library.shipped(fam, source)
     if lib is not None:  # a shipped library wrapper: judged in the judge's library mode
         kw["library"] = lib.library
-    v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s, mem_limit_mb=mem_limit_mb,
-              dtypes=list(dtype) if dtype else None, timing=not no_timing, graph=graph,
-              ceilings=floor_for(dev), limits=limits, **kw)
+    if v is None:
+        v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s,
+                  mem_limit_mb=mem_limit_mb, dtypes=list(dtype) if dtype else None,
+                  timing=not no_timing, graph=graph, ceilings=floor_for(dev), limits=limits, **kw)
     if as_json:
         print(json.dumps(dict(v.to_dict(), family=family, candidate=str(candidate),
                               device=v.device or ("cpu-interpreter" if dev == "cpu" else dev)),

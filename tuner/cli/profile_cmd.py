@@ -21,7 +21,7 @@ def _v(x: Any) -> str:
     return "" if x is None else json.dumps(x) if not isinstance(x, str) else x
 
 
-STATUS_STYLE = {"ok": "green", "drifted": "red", "unsupported": "dim", "pending-reboot": "yellow",
+STATUS_STYLE = {"ok": "green", "applied": "green", "drifted": "red", "unsupported": "dim", "pending-reboot": "yellow",
                 "error": "magenta"}
 
 
@@ -195,8 +195,12 @@ def register(app: typer.Typer) -> None:
                   + (", ".join(f"src:{s['sha256'][:12]} ({s['from']}, digest verified)"
                                for s in k["sources"]) or "none"))
         if not dry_run:
-            print(f"next: `metaltune status` names the active profile; `metaltune verify "
-                  f"{res['profile']}` checks the host against it")
+            from tuner.ops.hints import verify_arg, verify_command
+            from tuner.ops.profile import _dirs
+
+            arg = verify_arg(res["profile"], res.get("path"), _dirs(s))
+            print(f"next: `metaltune status` names the active profile; `{verify_command(arg)}` "
+                  "checks the host against it")
 
 
 def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
@@ -206,9 +210,15 @@ def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
     cols = ["knob", "status", "current", "wanted", "effect", "from"]
     if items_key == "plan":
         cols.insert(5, "policy")
-    rows = []
+    rows, shown = [], []
+    after = res.get("after") or {} if res.get("result") == "applied" else {}
     for it in res[items_key]:
+        a = after.get(it.get("knob"))
+        if it["status"] == "drifted" and a and "value" in a:  # the plan, as the apply left it
+            it = {**it, "status": "applied" if a.get("pending") is None else "pending-reboot",
+                  "current": a["value"], "pending": a.get("pending")}
         st = it["status"]
+        shown.append(st)
         row = [it.get("knob") or it["key"], f"[{STATUS_STYLE.get(st, '')}]{st}[/]",
                _v(it.get("current")) + (f" (pending {_v(it['pending'])})" if it.get("pending") is not None else ""),
                _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}"]
@@ -221,7 +231,10 @@ def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
     print_table(cols, rows, title=title, as_csv=as_csv)
     if as_csv:
         return
-    line = "summary: " + ", ".join(f"{k} {v}" for k, v in sorted(res["summary"].items()))
+    summary = dict(res["summary"])
+    if after:  # counted as the table shows them: what the apply changed is no longer drifted
+        summary = {k: shown.count(k) for k in sorted(set(shown))}
+    line = "summary: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.items()))
     if res.get("policy_summary"):
         line += "; policy: " + ", ".join(f"{k} {v}" for k, v in sorted(res["policy_summary"].items()))
     print(line)

@@ -42,8 +42,11 @@ def register(app: typer.Typer) -> None:
         if as_csv:
             return print_table(["knob", "baseline", "current"], rows, as_csv=True)
         ap = res.get("active_profile")
-        print(f"active profile: {ap['name']} (transaction {ap['txn']}; `metaltune verify {ap['name']}` "
-              "checks it is still in force)" if ap else "active profile: none")
+        from tuner.ops.hints import verify_command
+
+        print(f"active profile: {ap['name']} (transaction {ap['txn']}; "
+              f"`{verify_command(ap.get('verify') or ap['name'])}` checks it is still in force)"
+              if ap else "active profile: none")
         print_table(["knob", "baseline", "current"], rows, title="knobs (* = changed from baseline)")
         for s in res.get("staged") or []:
             print(f"staged: {s['knob']} = {_fmt(s['staged'])} (now {_fmt(s['current'])}; takes effect "
@@ -125,8 +128,10 @@ def register(app: typer.Typer) -> None:
             return
         n = len(res["recovered"])
         if n:
-            print(f"rolled back {n} unconfirmed transaction(s)")
-        print("restored to baseline: " + (", ".join(res["restored"]) or "nothing to do"))
+            print(f"rolled back {n} unconfirmed transaction(s): "
+                  + ", ".join(f"{r['txn']} ({r['state']})" for r in res["recovered"]))
+        print("restored to baseline: " + (", ".join(res["restored"]) or
+                                          ("nothing else to restore" if n else "nothing to do")))
         for s in res.get("skipped", []):
             print(f"skipped {s['knob']}: {s['why']}")
 

@@ -18,8 +18,8 @@ def register(app: typer.Typer) -> None:
         limit: int = typer.Option(50, "--limit", help="Newest N trials (0: all)."),
         run_id: Optional[str] = typer.Option(None, "--run", help="Only this run."),
         verdict: Optional[str] = typer.Option(None, "--verdict", help="kept|reverted|rejected|rolled_back"),
-        show_stats: bool = typer.Option(False, "--stats", help="Per proposer: outcome shares, spend per kept change, gain over time; writes a PNG chart."),
-        chart: Optional[str] = typer.Option(None, "--chart", help="With --stats: where to write the PNG (default STATE_DIR/reports/trials-<run|all>.png)."),
+        show_stats: bool = typer.Option(False, "--stats", help="Per proposer: outcome shares, spend per kept change, gain over time; also a PNG chart when matplotlib (the reports extra) is installed."),
+        chart: Optional[str] = typer.Option(None, "--chart", help="With --stats: where to write the PNG (default STATE_DIR/reports/trials-<run|all>.png); needs the reports extra."),
     ) -> None:
         """List evaluated trials: candidate, verdict, reason code, gain. With --stats: how each
         proposer's trials ended (guard, incorrect by rule, too_fast, timeout, lost, kept, ...),
@@ -81,6 +81,11 @@ def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_j
         try:
             res["chart"] = str(trial_stats.chart(res["proposers"], out,
                                                  title=f"run {run_id}" if run_id else "all runs"))
+        except ImportError as e:  # only an asked-for chart needs the reports extra
+            if chart is not None:
+                raise
+            res["chart_skipped"] = (f"no chart: matplotlib does not import ({e}): "
+                                    "pip install 'metaltune[reports]' for the PNG")
         except OSError as e:
             raise BadInput(f"--chart {out}: cannot write ({e.strerror or e})") from None
     if as_json:
@@ -110,3 +115,6 @@ def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_j
     con.print(s)
     if res["chart"]:
         con.print(f"chart -> {res['chart']}")
+    elif res.get("chart_skipped"):
+        print(res["chart_skipped"])  # plain: rich would read [reports] as markup
+

@@ -67,12 +67,12 @@ def under_root(cfg: DaemonConfig, root: Path) -> DaemonConfig:
     return cfg.model_copy(update=update)
 
 
-def unit_serves(cfg: DaemonConfig, unit: Path) -> None:
+def unit_serves(cfg: DaemonConfig, unit: Path, root: Path = Path("/")) -> None:
     """Raise OperationFailed (exit 1, one line naming the unit, why and the fix) when the installed
     unit cannot run this config: an ExecStart or PYTHONPATH its sandbox hides, or metrics that its
     network fence keeps every scraper from."""
     from safety.inputs import read_text
-    from tuner.daemon.install import hidden_under
+    from tuner.daemon.install import hidden_under, not_executable
 
     text = read_text(unit, str(unit), error=BadInput)
     keys: dict[str, list[str]] = {}
@@ -92,6 +92,11 @@ def unit_serves(cfg: DaemonConfig, unit: Path) -> None:
         for w in shlex.split(v):
             if w.startswith("PYTHONPATH="):
                 needed += [("PYTHONPATH", p) for p in w.split("=", 1)[1].split(":") if p]
+    for what, p in needed[:1] if needed and needed[0][0] == "ExecStart" else []:
+        why = not_executable(Path(p), root)
+        if why:
+            raise bad(f"ExecStart {p}: {why} (the service would fail with status 203/EXEC)",
+                      "run `metaltune install --exec PATH` with the metaltune executable")
     for what, p in needed:
         h = hidden_under(Path(p))
         if h and not any(b == Path(p) or b in Path(p).parents for b in bound):

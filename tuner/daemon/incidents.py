@@ -125,7 +125,9 @@ class IncidentQueue:
         if not inc.fatal:
             return
         cfg = self.config()
-        if target is None:
+        if target is None and inc.type == KERNEL_CANARY:
+            journal.set_incident_action(inc.id, _UNATTRIBUTED)
+        elif target is None:
             journal.set_incident_action(inc.id, "nothing to roll back: no change in force")
         elif handled is not None:
             journal.set_incident_action(inc.id, f"rolled back: transaction {handled['id']} "
@@ -147,15 +149,11 @@ class IncidentQueue:
         """(the change the incident belongs to, that change when its own transaction already
         rolled it back for this event): the open transaction, else one rolled back within
         DEDUP_S, else the latest confirmed one still in force. (None, None): nothing in force."""
+        if inc.type == KERNEL_CANARY:
+            return _canary_change(journal, inc), None
         open_ = journal.open_txns()
         if open_:
             return open_[-1], None
-        if inc.type == KERNEL_CANARY:
-            # a kernel computed wrong: the change that put the kernel table in force (a wrong
-            # result during another change's probation is that change's, above)
-            ids = {f["txn"] for f in journal.in_force() if f["knob"] == KERNEL_TABLE}
-            if ids:
-                return journal.txn(max(ids)), None
         recent = journal.txns(1)
         if recent and recent[0]["state"] in ("rolled_back", "rollback_failed") \
                 and recent[0]["updated"] >= inc.time - DEDUP_S:
@@ -255,6 +253,32 @@ class IncidentQueue:
                 f"{f['knob']}: {f['error']}" for f in res.get("failed", [])) + " (see `metaltune status`)"
         return f"rolled back to baseline (transaction {res.get('txn', '-')}; restored " \
                f"{', '.join(res['restored']) or 'nothing: already at baseline'})"
+
+
+_UNATTRIBUTED = ("logged only: no change in force when it happened put its kernel there (no kernel "
+                 "table in force names it, or it was applied after); nothing rolled back")
+
+
+def _canary_change(journal: Any, inc: Any) -> Optional[dict[str, Any]]:
+    """The change a wrong kernel belongs to, by time and by name: the open transaction it
+    happened during (a wrong result under another change's probation is that change's), else
+    the `kernels.table` change in force whose table names the kernel and that was applied
+    before the kernel was caught. None: log it only (a line from before any table, a kernel no
+    table in force holds) rather than blame whatever was confirmed last."""
+    open_ = [t for t in journal.open_txns() if t["created"] <= inc.time]
+    if open_:
+        return open_[-1]
+    fam, variant = inc.data.get("family"), inc.data.get("variant")
+    for f in journal.in_force():
+        if f["knob"] != KERNEL_TABLE or not isinstance(f["value"], dict):
+            continue
+        entries = f["value"].get("entries") or []
+        if any(isinstance(e, dict) and e.get("family") == fam and e.get("variant") == variant
+               for e in entries):
+            t = journal.txn(f["txn"])
+            if t is not None and t["created"] <= inc.time:
+                return t
+    return None
 
 
 def _alive(pid: Any) -> bool:

@@ -94,6 +94,22 @@ def default_exec_start() -> list[str]:
     return [str(exe.absolute()), "-m", "tuner"]
 
 
+def not_executable(exe: Path, root: Path = Path("/")) -> str:
+    """Why the unit could not run `exe` ("" when it can). Under `install --root DIR` the path
+    names the final system: it counts when it is there under DIR, else on this one."""
+    if not exe.is_absolute():
+        return "expected an absolute path"
+    inside = Path(root) / exe.relative_to("/")
+    p = inside if os.path.lexists(inside) else exe
+    if not p.exists():
+        return "no such file"
+    if not p.is_file():
+        return "not a regular file"
+    if not os.access(p, os.X_OK):
+        return "not executable (no x permission)"
+    return ""
+
+
 def _source_checkout() -> Optional[Path]:
     """The repository root when metaltune runs from a checkout that is not installed."""
     import tuner
@@ -328,6 +344,11 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
             ipaddress.ip_network(a, strict=False)
         except ValueError:
             raise BadInput(f"--allow-ip: expected an IP address or network, got {a!r}") from None
+    if exec_start:  # --exec: the unit would fail with 203/EXEC at every start
+        why = not_executable(Path(exec_start[0]), root)
+        if why:
+            raise BadInput(f"--exec: {exec_start[0]}: {why}; expected the metaltune executable "
+                           "(e.g. /opt/metaltune/bin/metaltune)")
     exec_start = exec_start or default_exec_start()
     written, kept = [], []
     cfg_path = root / CONFIG

@@ -11,9 +11,14 @@ open transaction, and rolls that back; an apply's probation rolls itself back.
 
 The daemon's instance keeps a cursor (STATE_DIR/kernels/canary.cursor: the file's inode and the
 offset read), so lines written while it was down are journalled when it starts; a
-transaction's instance reads what is new since its `arm()`. A source the model process could
-not quarantine (a read-only store) is quarantined here, in this host's store, by digest only:
-nothing here imports or runs it."""
+transaction's instance reads what is new since its `arm()`. The cursor is a state file like any
+other: read only as a small regular file (a FIFO is never waited on, a damaged one means "from
+the start of the log"; lines read twice are de-duplicated by id), written through a fresh
+temporary file that never blocks, so the health loop never waits on it. A line that is not an
+incident (garbage, over MAX_LINE bytes, nested deeper than safety.inputs.MAX_DEPTH, checked
+before it is parsed) is counted (`skipped`), logged once a minute and passed over. A source
+the model process could not quarantine (a read-only store) is quarantined here, in this host's
+store, by digest only: nothing here imports or runs it."""
 from __future__ import annotations
 
 import json
@@ -76,6 +81,7 @@ class KernelCanaryMonitor(Monitor):
         self._ino: Optional[int] = None
         self._off = 0
         self._bad_said = 0.0
+        self.skipped = 0  # lines that were not incidents
 
     # -- position ---------------------------------------------------------------------------
     def arm(self) -> None:
@@ -85,6 +91,9 @@ class KernelCanaryMonitor(Monitor):
             self._ino, self._off = (st.st_ino, st.st_size) if st else (None, 0)
             return
         self._ino, self._off = _read_cursor(self.cursor_path)
+        if self._ino is None and _stat(self.cursor_path) is not None:
+            log.error("kernel canary cursor %s unreadable or damaged: the log is read from its "
+                      "start (incidents already journalled are recognised by id)", self.cursor_path)
         if st is None or st.st_ino != self._ino or st.st_size < self._off:
             self._ino, self._off = (st.st_ino if st else None), 0  # replaced: from its start
 
@@ -93,8 +102,13 @@ class KernelCanaryMonitor(Monitor):
             return
         tmp = self.cursor_path.with_name(CURSOR_NAME + ".tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
+            try:  # whatever is there (a leftover, a FIFO planted to block us) goes
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            # a fresh file (O_EXCL: nothing swapped in since), never waited on (O_NONBLOCK)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                         | os.O_NONBLOCK, 0o600)
             with os.fdopen(fd, "w") as f:
                 json.dump({"ino": self._ino, "offset": self._off}, f)
                 f.flush()
@@ -141,14 +155,18 @@ class KernelCanaryMonitor(Monitor):
         return out
 
     def _bad(self, why: str) -> None:
+        self.skipped += 1
         if time.monotonic() - self._bad_said > 60:  # said once a minute
             self._bad_said = time.monotonic()
-            log.error("kernel canary log %s: %s, skipped", self.path, why)
+            log.error("kernel canary log %s: %s, skipped (%d lines skipped so far)", self.path,
+                      why, self.skipped)
 
     def _incident(self, raw: bytes) -> Optional[Incident]:
-        try:
-            ln = CanaryLine.model_validate(json.loads(raw))
-        except (ValueError, ValidationError) as e:
+        from safety.inputs import parse_json
+
+        try:  # nesting bounded before the parser recurses into it
+            ln = CanaryLine.model_validate(parse_json(raw.decode(), "line", ValueError))
+        except (ValueError, ValidationError, RecursionError) as e:
             self._bad(f"not an incident line ({str(e).splitlines()[0][:200]})")
             return None
         sha = ln.source_sha256 if _SHA.match(ln.source_sha256) else ""
@@ -200,10 +218,18 @@ def _regular(mode: int) -> bool:
 
 
 def _read_cursor(p: Path) -> tuple[Optional[int], int]:
+    """(inode, offset) from the cursor; (None, 0) when it is missing, not a small regular file
+    (a FIFO is refused, never waited on) or not the two non-negative integers we write."""
+    from safety.errors import InputError
+    from safety.inputs import load_json
+
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd) as f:
-            d = json.loads(f.read(4096))
-        return int(d["ino"]), max(0, int(d["offset"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        d = load_json(p, limit=4096, follow_symlinks=False)
+    except InputError:
         return None, 0
+    if not isinstance(d, dict):
+        return None, 0
+    ino, off = d.get("ino"), d.get("offset")
+    if not all(type(v) is int and 0 <= v < 1 << 63 for v in (ino, off)):
+        return None, 0
+    return ino, off

@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 POLL_S = 0.25
 
@@ -58,6 +58,7 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
     pid = os.fork()
     if pid == 0:  # the child: the rest of the apply, detached from the terminal
         code = 0
+        report = _Report(w)
         try:
             os.close(r)
             os.setsid()
@@ -66,17 +67,14 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
                 os.dup2(dn, fd)
 
             def started(info: dict[str, Any]) -> None:
-                os.write(w, json.dumps({"ok": info}, default=str).encode() + b"\n")
-                os.close(w)  # (the watchdog forked meanwhile still holds a copy: hence the \n)
+                report.send({"ok": info})
 
             body(started)
         except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
             code = 1
-            try:
-                os.write(w, json.dumps({"error": str(e), "kind": type(e).__name__,
-                                        "exit_code": getattr(e, "exit_code", 1)}).encode() + b"\n")
-            except OSError:
-                pass  # already reported "started": the journal has the outcome
+            # after "started" the parent is gone and the journal has the outcome: say nothing
+            report.send({"error": str(e), "kind": type(e).__name__,
+                         "exit_code": getattr(e, "exit_code", 1)})
         finally:
             os._exit(code)
     os.close(w)
@@ -85,6 +83,30 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
         data += chunk
     os.close(r)
     return _answer(data, pid)
+
+
+class _Report:
+    """The background's one line to the waiting `apply`, sent at most once. Once sent, the pipe's
+    descriptor number is pointed at /dev/null rather than closed: a closed number is the next one
+    open() returns, and SQLite reopening the journal got it, so a late error message written to
+    "the pipe" landed in the first bytes of journal.db (issue 33)."""
+
+    def __init__(self, fd: int):
+        self.fd: Optional[int] = fd
+
+    def send(self, msg: dict[str, Any]) -> None:
+        fd, self.fd = self.fd, None
+        if fd is None:
+            return
+        try:
+            os.write(fd, json.dumps(msg, default=str).encode() + b"\n")
+        except OSError:
+            pass  # the parent is gone: the journal has the outcome
+        finally:
+            # (the watchdog forked meanwhile still holds a copy of the pipe: hence the \n)
+            dn = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(dn, fd)  # releases the pipe, keeps the number taken
+            os.close(dn)
 
 
 def _answer(data: bytes, pid: int) -> dict[str, Any]:

@@ -153,7 +153,7 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
     background (confirmed when it passes, rolled back on an incident; `metaltune confirm` ends
     it early)."""
     from tuner import profiles
-    from tuner.ops import refusals
+    from tuner.ops import hints, refusals
 
     if probation_s is not None:  # the CLI's --probation and a socket request's probation_s
         probation_s = _probation(probation_s)
@@ -192,7 +192,7 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
                                "changes": changes, "plan": items, "summary": _summary(items),
                                "policy_summary": _policy_summary(items)}
         if denied:
-            res["refused"] = refusals.policy_message(prof.name, denied, pol.source)
+            res["refused"] = refusals.policy_message(prof.name, denied, pol, knobs)
         elif quarantine is not None:
             res["refused"] = refusals.quarantine_message(prof.name, quarantine)
         if res.get("refused") and not dry_run:  # before any write, and before a probation starts
@@ -206,7 +206,7 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         if dry_run or not changes:
             res["result"] = "dry run: nothing written" if dry_run else "nothing to change"
             if not dry_run:  # the profile is in force all the same: `status` names it
-                res["note"] = _record_in_force(settings, prof.name)
+                res["note"] = _record_in_force(settings, hints.label_name(prof, _dirs(settings)))
         else:
             if kplan is not None:  # sources first: the table only names what the store has
                 res["kernels"] = profile_kernels.install(prof, settings.ensure_state_dir(), kplan)
@@ -271,8 +271,8 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
                  pol: Any, probation_s: Optional[float], host: Any,
                  no_wait: bool = False) -> dict[str, Any]:
     from safety import Journal, Transaction
-    from safety.errors import PolicyDenied, Quarantined, SafetyError
-    from tuner.ops import probation, refusals
+    from safety.errors import SafetyError
+    from tuner.ops import apply_errors, hints, probation
     from tuner.ops.safety import APPLY_LABEL
 
     state = settings.ensure_state_dir()
@@ -280,7 +280,7 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
     monitors = _monitors(host, knobs, state)
     watch = float(probation_s) if probation_s is not None else float(pol.probation_for(list(changes)))
     txn = Transaction(journal, knobs, changes, policy=pol, monitors=monitors,
-                      probation_s=watch + probation.grace(watch), label=f"{APPLY_LABEL}{prof.name}")
+                      probation_s=watch + probation.grace(watch), label=APPLY_LABEL + hints.label_name(prof, _dirs(settings)))
 
     def body(started: Optional[probation.Started]) -> str:
         try:
@@ -289,13 +289,8 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
                 started({"result": "in probation", "transaction": txn.id, "probation_s": watch,
                          "confirm_by": time.time() + watch})
             return probation.wait(txn, watch, f"profile {prof.name}: {watch:g}s probation passed")
-        except PolicyDenied as e:  # rate limits are counted from the journal, here
-            if isinstance(e, Quarantined) or not getattr(e, "refusals", None):
-                raise OperationFailed(f"apply {prof.name}: {e}") from None
-            raise OperationFailed(refusals.policy_message(prof.name, e.refusals, pol.source)) from None
-        except SafetyError as e:
-            err = BadInput if getattr(e, "exit_code", 1) == 2 else OperationFailed
-            raise err(f"apply {prof.name}: {e}") from None
+        except (SafetyError, KeyboardInterrupt) as e:  # refusals, incidents, Ctrl-C: said in full
+            raise apply_errors.translate(prof.name, e, txn, pol, knobs) from None
         finally:
             journal.close()
 

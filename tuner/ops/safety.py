@@ -95,7 +95,7 @@ def status(settings: Any, incidents: Count = 10) -> dict[str, Any]:
 
 
 #: the label an applied profile's transaction carries (tuner.ops.profile), read back by status
-APPLY_LABEL = "apply profile "
+from tuner.ops.hints import APPLY_LABEL  # noqa: E402  (re-exported: the CLI and the daemon use it)
 #: operator resets after which no profile is in force any more
 _RESETS = ("rollback to baseline", "recover --from-defaults", "baseline")
 
@@ -106,7 +106,9 @@ def active_profile(journal: Any) -> Optional[dict[str, Any]]:
     for t in journal.txns(200):  # newest first
         label = t["label"] or ""
         if t["state"] == "confirmed" and label.startswith(APPLY_LABEL):
-            return {"name": label[len(APPLY_LABEL):].split(" ")[0], "txn": t["id"],
+            from tuner.ops.hints import from_label
+
+            return {**from_label(label), "txn": t["id"],  # type: ignore[misc]
                     "since": t["updated"] if "updated" in t else t["created"]}
         if t["state"] == "confirmed" and label.startswith(_RESETS):
             return None

@@ -154,7 +154,10 @@ def verdict_record(v: Any) -> dict:
             # kind of variant this was
             "speedup_vs_library": v.summary.get("speedup_vs_library_geomean",
                                                 t.get("speedup_vs_library")),
-            "library": t.get("library"), "kind": getattr(v, "kind", "triton")}
+            "library": t.get("library"), "kind": getattr(v, "kind", "triton"),
+            # energy a call beside time (kernelsearch.harness.timing.energy_costs; CUDA only)
+            **{k: t.get(k) for k in ("energy_j", "mean_w", "energy_source", "library_energy_j",
+                                     "library_mean_w", "energy_vs_library") if k in t}}
 
 
 def replay_evaluator(grid: list[dict]) -> Evaluate:
@@ -360,6 +363,8 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
             if b.get("speedup_vs_library") and b.get("library"):  # A/B-ed in the judge
                 row.update(library_variant=b["library"],
                            library_s=b["time_s"] * b["speedup_vs_library"])
+            row.update({k: b[k] for k in ("energy_j", "mean_w", "library_energy_j",
+                                          "library_mean_w") if b.get(k)})
             rows.append(row)
     entries, range_checks = certified_entries(family, rows, device, isolate=isolate)
     table = DispatchTable(entries, device=device,

@@ -21,6 +21,7 @@ No pydantic here (this module runs on the bare GPU machine); `HFWorkload.measure
 `tuner.trial.Measurement` lazily, as LlamaWorkload does."""
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -139,7 +140,14 @@ class HFModel:
             return False
         mt.unpatch(self.model)
         if want is not None:
-            mt.patch(self.model, want, only_covered=only_covered)
+            # patched and unpatched for every A/B pair: its "what I replaced" line (stderr when
+            # logging is not set up) would flood a search; quiet here, logged where configured
+            quiet = logging.NullHandler()
+            logging.getLogger(mt.__name__).addHandler(quiet)
+            try:
+                mt.patch(self.model, want, only_covered=only_covered)
+            finally:
+                logging.getLogger(mt.__name__).removeHandler(quiet)
         self.patched_with = want
         return True
 

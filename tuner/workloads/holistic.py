@@ -167,9 +167,12 @@ def time_sizes(bench: Any, rt: Any, sizes: Sequence[tuple[str, int, int]], repea
     size being prepared or timed, so a failure can say where it happened."""
     import torch
 
+    from tuner.workloads.energy import SizeEnergy, medians
+
     per: dict[str, list[float]] = {}
     setup: dict[str, float] = {}
     skipped: list[str] = []
+    energy = SizeEnergy(bench.model.device)  # mean watts per size where measured (GPU only)
     with torch.no_grad():
         for kind, b, ctx in sizes:
             key = size_key(kind, b, ctx)
@@ -181,9 +184,16 @@ def time_sizes(bench: Any, rt: Any, sizes: Sequence[tuple[str, int, int]], repea
             setup[key] = r.setup_s
             steps = bench.grid.decode_steps if kind == "decode" else 1
             warm(r.step, bench.model.device)
-            per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
+            try:
+                with energy.window(key, r.step):
+                    per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
+            except BaseException:
+                energy.close()
+                raise
+    energy.close()
     bench.at = None
-    return {"per_size_samples": per, "setup_s": setup, "skipped": skipped}
+    return {"per_size_samples": per, "setup_s": setup, "skipped": skipped,
+            "energy_record": energy.record(medians(per))}
 
 
 # -- failures of a run -----------------------------------------------------------------------------
@@ -362,9 +372,12 @@ class HolisticWorkload:
         if res["skipped"]:
             raise WorkloadFailed(f"{self.name}: timed out after {timeout_s}s; not measured: "
                                  f"{', '.join(res['skipped'])}")
-        return summarize("tokens_per_s", "tok/s", res["per_size_samples"], extra={
+        from tuner.workloads.energy import apply
+
+        return apply(summarize("tokens_per_s", "tok/s", res["per_size_samples"], extra={
             "runtime": asdict(self.runtime), "setup_s": res["setup_s"],
-            "check": self._checked.get(self._check_key()), **self._extra()})
+            "check": self._checked.get(self._check_key()), **self._extra()}),
+            res.get("energy_record"))
 
     def _guarded(self, fn: Callable[[], T], where: Callable[[], str]) -> T:
         """fn(), with a failure of the run turned into WorkloadFailed (or WorkloadBroken)."""

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kernelsearch.table import behind_library
-from tuner.errors import WorkloadFailed, WorkloadHang
+from tuner.errors import MetaltuneError, WorkloadFailed, WorkloadHang
 from tuner.search import gates as G
 from tuner.search import keep
 from tuner.search import objective as O
@@ -66,6 +67,21 @@ def first_step_gain(workload: Tunable, incumbent: dict[str, Any], candidate: dic
     t_i = [fn() for _ in range(n)]
     gain = min(t_i) / min(t_c) - 1.0 if min(t_c) > 0 else 0.0
     return gain if gain > MICRO_WIN else 0.0
+
+
+@contextmanager
+def candidate_errors():
+    """Any exception from a measurement that is not one of ours (a kernel raising on an input
+    the judge never sent it: the model process's ValueError) is WorkloadFailed, so it ends as
+    the trial's verdict (`measure_failed`) and the incumbent's as a failed search, never as a
+    traceback out of the loop."""
+    try:
+        yield
+    except MetaltuneError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the candidate raised
+        raise WorkloadFailed(f"the measurement raised {type(e).__name__}: "
+                             f"{str(e).strip()[:400]}") from None
 
 
 def all_kernels(c: Candidate) -> list[KernelChoice]:
@@ -198,7 +214,8 @@ class MixedEvaluator:
             trial.measurements.setdefault("kernels", {})[name] = {
                 k2: r.get(k2) for k2 in ("code", "rule", "speedup_vs_torch", "speedup_min",
                                          "speedup_vs_library", "library", "kind",
-                                         "device", "timed_shapes", "seconds")}
+                                         "device", "timed_shapes", "seconds", "energy_j",
+                                         "mean_w", "energy_vs_library")}
             if not ok:
                 trial.reason = r["code"]
                 return None
@@ -245,8 +262,10 @@ class MixedEvaluator:
             self._table_key = key
 
     def _measure(self, runtime: dict[str, Any]) -> Measurement:
-        self.workload.configure(runtime)
-        return self.workload.measure(repeats=self.runtime.repeats, timeout_s=self.host.timeout_s)
+        with candidate_errors():
+            self.workload.configure(runtime)
+            return self.workload.measure(repeats=self.runtime.repeats,
+                                         timeout_s=self.host.timeout_s)
 
     def incumbent_table(self) -> Any:
         return self.joint.incumbent.table(slots=self.joint.slots)
