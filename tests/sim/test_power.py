@@ -3,6 +3,8 @@ sim workload reports, and the fake NVML's energy counter: monotonicity, calibrat
 wrap-around and a GPU without the counter."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pynvml
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from tuner.sim import energy_optimum, model, power
 from tuner.sim.fake_pynvml import FakeNVML
 from tuner.sim.hostinit import init_host
-from tuner.sim.skus import H200, RTX4090
+from tuner.sim.skus import H200, RTX4090, get_sku
 from tuner.sim.state import SimState
 from tuner.sim.workload import SimWorkload
 
@@ -70,45 +72,75 @@ def _nvml(root):
     return nv, nv.nvmlDeviceGetHandleByIndex(0)
 
 
-def test_energy_counter_advances_with_each_run_at_the_modelled_draw(tmp_path):
+def _busy_at(root, watts):
+    """The GPU seen running a workload that draws `watts` (as a hung sim run is), from now."""
+    import os
+
+    with SimState(root).edit() as st:
+        g = st["gpus"][0]
+        power.fold(g, get_sku(st["sku"]), busy=bool(g.get("busy")))
+        g["last_run"] = {**(g.get("last_run") or {}), "power_w": watts}
+        g["busy"] = {"pid": os.getpid(), "since": 0}
+
+
+def test_energy_counter_is_the_integral_of_the_reported_power(tmp_path):
     root = init_host(tmp_path / "h", "h200", seed=1, os_tree=False)
     nv, h = _nvml(root)
-    e0 = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-    m = SimWorkload(root).measure(repeats=2)
-    e1 = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-    run_mj = m.per_size_watts["all"] * power.WINDOW_S * 2 * 1000
-    # the run, plus idle draw over the few ms of wall time between the reads
-    assert run_mj <= e1 - e0 <= run_mj + H200.idle_power_w * 1000 * 2.0
-    # idle: the counter advances at the power NVML reports
     assert nv.nvmlDeviceGetPowerUsage(h) == int(H200.idle_power_w * 1000)
+    _busy_at(root, 650.0)
+    assert nv.nvmlDeviceGetPowerUsage(h) == 650_000
+    e0, t0 = nv.nvmlDeviceGetTotalEnergyConsumption(h), time.time()
+    time.sleep(0.3)
+    e1, t1 = nv.nvmlDeviceGetTotalEnergyConsumption(h), time.time()
+    assert (e1 - e0) / 1000 / (t1 - t0) == pytest.approx(650.0, rel=0.05)
+    # a completed sim run reports its energy from the model and leaves the counter at idle rate
+    with SimState(root).edit() as st:
+        st["gpus"][0]["busy"] = None
+    m = SimWorkload(root).measure(repeats=2)
+    assert m.energy_source == "sim_model" and m.per_size_watts["all"] > 300
 
 
 def test_energy_counter_wraps_around(tmp_path):
     root = init_host(tmp_path / "h", "h200", seed=1, os_tree=False)
     with SimState(root).edit() as st:
         st["gpus"][0]["energy_wrap_mj"] = 1_000_000  # a counter that wraps every 1 kJ
-        st["gpus"][0]["energy_mj"] = 1_000_000 - 50_000.0
+        st["gpus"][0]["energy_mj"] = 1_000_000 - 20_000.0  # 20 J (~0.23 s at idle) before it
+        st["gpus"][0]["energy_t"] = time.time()
     nv, h = _nvml(root)
     before = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-    SimWorkload(root).measure(repeats=1)  # ~600 J: past the wrap
+    time.sleep(0.5)  # ~43 J at idle: past the wrap
     after = nv.nvmlDeviceGetTotalEnergyConsumption(h)
-    assert after < before  # wrapped
-    assert (after - before) % 1_000_000 == pytest.approx(
-        SimState(root).read()["gpus"][0]["last_run"]["power_w"] * 1000, abs=2_000)
+    assert after < before and (after - before) % 1_000_000 > 0
 
 
-def test_a_gpu_without_the_counter_answers_not_supported_and_power_samples_remain(tmp_path):
+def test_energy_meter_reads_the_sim_counter_across_its_64_bit_wrap(tmp_path):
+    from kernelsearch.energy import SOURCE_COUNTER, EnergyMeter
+
+    root = init_host(tmp_path / "h", "h200", seed=1, os_tree=False)
+    with SimState(root).edit() as st:
+        st["gpus"][0]["energy_mj"] = float((1 << 64) - 50_000)  # 50 J before NVML's wrap
+        st["gpus"][0]["energy_t"] = time.time()
+    _busy_at(root, 500.0)
+    with EnergyMeter(nvml=FakeNVML(root)) as meter:
+        time.sleep(0.3)  # ~150 J: the counter wraps inside the window
+    r = meter.reading
+    assert r.source == SOURCE_COUNTER, r
+    assert r.mean_w == pytest.approx(500.0, rel=0.1)  # float state: +-4 J near 2^64
+
+
+def test_a_gpu_without_the_counter_falls_back_to_power_samples(tmp_path):
+    from kernelsearch.energy import SOURCE_SAMPLES, EnergyMeter
+
     root = init_host(tmp_path / "h", "rtx4090", seed=1, os_tree=False)
     with SimState(root).edit() as st:
         st["gpus"][0]["energy_counter"] = False
     nv, h = _nvml(root)
     with pytest.raises(pynvml.NVMLError_NotSupported):
         nv.nvmlDeviceGetTotalEnergyConsumption(h)
-    # the fallback: power samples (idle here; the modelled draw while a run is busy)
-    assert nv.nvmlDeviceGetPowerUsage(h) == int(RTX4090.idle_power_w * 1000)
-    with SimState(root).edit() as st:
-        g = st["gpus"][0]
-        g["last_run"] = {"power_w": 333.0}
-        import os
-        g["busy"] = {"pid": os.getpid(), "since": 0}
-    assert nv.nvmlDeviceGetPowerUsage(h) == 333_000
+    _busy_at(root, 333.0)
+    with EnergyMeter(nvml=FakeNVML(root), sample_hz=20) as meter:
+        time.sleep(0.4)
+    r = meter.reading
+    assert r.source == SOURCE_SAMPLES and r.samples >= 3, r
+    assert "NotSupported" in r.reason
+    assert r.mean_w == pytest.approx(333.0, rel=0.02)

@@ -25,13 +25,16 @@ Calibration (the constants live in tuner/sim/skus.py):
   time). The model's V(f) (`v_gamma`: voltage rises steeply near the top clock) gives that
   shape; `tests/sim/test_power.py` checks its monotonicity and calibration points.
 
-The energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded) advances
-at the power `nvmlDeviceGetPowerUsage` reports: idle draw over wall time, plus each workload run
-as `WINDOW_S` seconds per repeat at its modelled draw (a sim run takes microseconds of wall
-time; the window is the run the model stands for). The counter wraps at `wrap_mj` (2^64 as in
-NVML's unsigned long long; a test sets a small one). A GPU whose state says
-`energy_counter: false` answers NotSupported, as GPUs before Volta and some vGPU profiles do;
-readers fall back to integrating power samples.
+The energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ since the driver loaded) is the
+integral over wall time of the power `nvmlDeviceGetPowerUsage` reports: the modelled draw while
+a workload run is seen busy, idle draw otherwise; the workload folds the counter at every change
+of that state (`fold`), so an NVML reader (kernelsearch.energy.EnergyMeter) gets from the counter
+what it would get from integrating the power samples. A sim run completes in microseconds, so
+its own energy is reported from the model (energy_source "sim_model": tokens/s over the
+modelled watts), not read back from the counter. The counter wraps at `wrap_mj` (2^64 as NVML's
+unsigned long long; a test sets a small one). A GPU whose state says `energy_counter: false`
+answers NotSupported, as GPUs before Volta and some vGPU profiles do; readers fall back to
+integrating power samples.
 """
 from __future__ import annotations
 
@@ -40,7 +43,6 @@ from typing import Any, Optional
 
 from tuner.sim.skus import Sku
 
-WINDOW_S = 1.0  # simulated seconds of decode one workload repeat stands for
 WRAP_MJ = 1 << 64  # NVML's counter is an unsigned long long
 
 
@@ -65,12 +67,11 @@ def energy_now(g: dict[str, Any], sku: Sku, busy: bool, now: Optional[float] = N
     return float(g.get("energy_mj", 0.0)) + current_power(g, sku, busy) * max(now - since, 0.0) * 1000.0
 
 
-def add_run(g: dict[str, Any], sku: Sku, watts: float, seconds: float,
-            now: Optional[float] = None) -> None:
-    """Fold the idle time so far and a run of `seconds` at `watts` into the counter (under the
-    state lock)."""
+def fold(g: dict[str, Any], sku: Sku, busy: bool, now: Optional[float] = None) -> None:
+    """Fold the energy since the last fold into the counter (under the state lock), before the
+    GPU's busy state or running draw changes."""
     now = time.time() if now is None else now
-    g["energy_mj"] = energy_now(g, sku, busy=False, now=now) + watts * seconds * 1000.0
+    g["energy_mj"] = energy_now(g, sku, busy, now)
     g["energy_t"] = now
 
 

@@ -2,7 +2,8 @@
 
 `SimWorkload(root).measure(repeats, timeout_s)` returns a `tuner.trial.Measurement` (throughput
 summed over the host's GPUs, ~2% noise per repeat from a seeded RNG keyed by a counter in the state,
-so the same seed and call sequence give the same numbers). Each run publishes the GPU's sensors
+so the same seed and call sequence give the same numbers) and its energy from the model (tokens/J and
+mean board watts under the key "all", energy_source "sim_model"; tuner/sim/power.py). Each run publishes the GPU's sensors
 (clock, power, temperature, clock event reasons); a run that hangs is also seen busy (utilisation
 100 %, its pid as a compute process) for as long as it blocks. Unstable settings queue Xid events (events.jsonl + a kmsg line) and may hang; a hang, from
 the model or from `sim inject DIR hang`, blocks for real until timeout_s and raises WorkloadHang.
@@ -37,7 +38,6 @@ class SimWorkload(Untuned):
     metric = "throughput"
 
     def __init__(self, root: str | os.PathLike[str]):
-        self._repeats = 1
         self.root = Path(root)
         self.state = SimState(root)
 
@@ -50,14 +50,13 @@ class SimWorkload(Untuned):
             rng = random.Random(f"metaltune-sim:{st.get('seed', 0)}:{counter}")
             outs, xids, hang = [], [], False
             for g in st["gpus"]:
+                power.fold(g, sku, busy=bool(g.get("busy")))  # the counter up to now
                 o = model.evaluate(sku, g)
                 outs.append(o)
                 g["last_run"] = {"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
                                  "power_w": round(o.power_w, 1), "temp_c": o.temp_c,
                                  "reasons": o.reasons, "regime": o.regime, "kind": kind,
                                  "time": time.time()}
-                if kind == "workload":  # the energy counter sees the run (tuner.sim.power)
-                    power.add_run(g, sku, o.power_w, power.WINDOW_S * self._repeats)
                 if o.xid_prob and rng.random() < o.xid_prob:
                     x = rng.choice(o.xid_choices)
                     queue_xid(self.state, st, g["index"], x, pid=pid)
@@ -76,8 +75,10 @@ class SimWorkload(Untuned):
     def _finish(self) -> None:
         pid = os.getpid()
         with self.state.edit() as st:
+            sku = get_sku(st["sku"])
             for g in st["gpus"]:
                 if (g.get("busy") or {}).get("pid") == pid:
+                    power.fold(g, sku, busy=True)  # the hung run's draw, up to now
                     g["busy"] = None
 
     def _hang(self, timeout_s: float, what: str) -> None:
@@ -92,7 +93,6 @@ class SimWorkload(Untuned):
     def measure(self, repeats: int = 5, timeout_s: float = 30.0) -> Measurement:
         if repeats < 1:
             raise ValueError("repeats must be >= 1")
-        self._repeats = repeats
         outs, hang, xids, rng, unit = self._start("workload")
         if hang:
             self._hang(timeout_s, "workload")
