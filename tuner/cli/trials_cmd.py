@@ -59,13 +59,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _energy_cells(e: dict) -> tuple[str, str]:
-    """tokens/J and mean watts: the one size's, or per size "size=value" where there are several."""
-    tpj, w = e.get("tok_per_j") or {}, e.get("watts") or {}
-    if len(tpj) <= 1:
-        return (f"{next(iter(tpj.values())):.3g}" if tpj else "",
-                f"{next(iter(w.values())):.0f}" if w else "")
-    return (" ".join(f"{k}={v:.3g}" for k, v in tpj.items()),
-            " ".join(f"{k}={v:.0f}" for k, v in w.items()))
+    """tokens/J (geometric mean over sizes, as the keep rule weighs them) and mean watts (the
+    highest size's, as a budget is held); per size in --json."""
+    tpj, w = list((e.get("tok_per_j") or {}).values()), list((e.get("watts") or {}).values())
+    if not tpj:
+        return "", ""
+    from tuner.workloads.stats import geomean
+
+    return f"{geomean(tpj):.3g}", (f"{max(w):.0f}" if w else "")
 
 
 def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_json: bool) -> None:
