@@ -102,6 +102,11 @@ class Provenance(BaseModel):
     spread_pct: Optional[float] = None
     trials: Optional[int] = None
     notes: Optional[str] = None
+    #: what the search that found it kept (tuner.search.objective); absent: throughput
+    objective: Optional[Literal["throughput", "energy", "power-capped"]] = None
+    throughput_floor: Optional[float] = Field(None, gt=0, le=1)  # energy
+    power_budget_w: Optional[float] = Field(None, gt=0)  # power-capped
+    tok_per_j_gain_pct: Optional[float] = None  # tokens per joule over the run's start
 
 
 class ProfileFile(BaseModel):

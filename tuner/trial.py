@@ -20,6 +20,10 @@ REASONS: dict[str, str] = {
     "worse": "slower than the incumbent",
     "size_regressed": "some context/batch size regressed beyond tolerance",
     "holistic_lost": "a micro-benchmark win that loses end to end",
+    "below_throughput_floor": "objective energy: more tokens per joule, but some size's throughput fell below the floor (--throughput-floor of the incumbent's)",
+    "over_power_budget": "objective power-capped: the candidate's power limit or measured mean watts exceed the power budget (--power-budget)",
+    "power_budget_met": "objective power-capped: the incumbent drew more than the power budget and the candidate draws within it",
+    "energy_unmeasured": "an energy objective, but a side measured no energy (no NVML counter, no power samples)",
     # rejected before anything was written
     "policy_denied": "the allowed-change list refuses this change",
     "unknown_knob": "the candidate names a knob this host does not have",
@@ -116,5 +120,8 @@ class Trial(BaseModel):
     incident: Optional[dict[str, Any]] = None
     cost: dict[str, float] = Field(default_factory=dict)  # e.g. tokens, usd (LLM proposer)
     ideas: list[str] = Field(default_factory=list)  # the operator's directions (--idea) it ran under
+    #: the candidate's energy as measured (tuner.search.store.energy_of): tok_per_j and watts per
+    #: size, their source; empty when the workload measured none
+    energy: dict[str, Any] = Field(default_factory=dict)
     started_at: float = Field(default_factory=time.time)
     duration_s: float = 0.0

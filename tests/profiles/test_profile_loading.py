@@ -132,3 +132,12 @@ def test_match_rules():
 def test_driver_ranges(spec, version, ok):
     v = profiles._ver(version)
     assert all(profiles._cmp(v, op, w) for op, w in profiles.parse_range(spec)) is ok
+
+
+def test_provenance_names_the_objective_and_a_bad_one_is_bad_input(tmp_path):
+    pr = profiles.load("h200-efficient")
+    assert pr.provenance.objective == "energy" and pr.provenance.source == "sim-measured"
+    assert pr.provenance.throughput_floor == 0.95
+    write(tmp_path, "bad", "knobs: {}\nprovenance: {objective: speed}\n")
+    with pytest.raises(BadInput, match=r"bad\.yaml.*provenance\.objective"):
+        profiles.load(str(tmp_path / "bad.yaml"))

@@ -213,6 +213,9 @@ def search_kernel_cmd(
     model_context: Optional[list[str]] = typer.Option(None, "--model-context", help="llm: model context page, e.g. llama-gqa; repeatable."),
     diagnosis: Optional[Path] = typer.Option(None, "--diagnosis", help="llm: where the model's time goes, the JSON of `metaltune diagnose --json`."),
     timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before a candidate process is killed."),
+    objective: str = typer.Option("throughput", "--objective", help="throughput | energy | power-capped (recorded with the run and its table; the judge's timing decides per bucket)."),
+    throughput_floor: Optional[float] = typer.Option(None, "--throughput-floor", callback=finite(0.01, 1.0), metavar="FRACTION", help="--objective energy: the least throughput kept, as a fraction of the incumbent's (default 0.95)."),
+    power_budget: Optional[float] = typer.Option(None, "--power-budget", callback=finite(1.0, 100000.0), metavar="W", help="--objective power-capped: the most mean board watts."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search a kernel family per shape bucket with a proposer; every candidate is judged by the
@@ -221,6 +224,7 @@ def search_kernel_cmd(
     (`metaltune kernel list`) and goes into the table as `src:<sha256>` where it beats the
     incumbent beyond the noise."""
     _family(family)
+    from tuner.cli.search_cmd import objective_args
     from tuner.search.options import KernelSearchOptions
 
     # the operation's own model (the socket's and the daemon child's): names, ranges, llm-only
@@ -229,7 +233,8 @@ def search_kernel_cmd(
         "timeout_s": timeout_s, "incumbent_table": str(incumbent) if incumbent else None,
         "ideas": idea, "max_tokens": max_tokens, "max_usd": max_usd, "stop_after": stop_after,
         "model": model, "gpu": gpu, "models": model_context,
-        "diagnosis": {} if diagnosis else None}.items() if v is not None})
+        "diagnosis": {} if diagnosis else None,
+        **objective_args(objective, throughput_floor, power_budget)}.items() if v is not None})
     if incumbent is not None and not incumbent.is_file():
         raise BadInput(f"--incumbent {incumbent}: no such file")
     dev = _device(device)
@@ -252,7 +257,8 @@ def search_kernel_cmd(
 
     res = run_kernel_search(state, family, budget=budget, proposer=proposer, seed=seed,
                             device=dev, shapes=shapes, table_out=table, on_trial=progress,
-                            timeout_s=timeout_s)
+                            timeout_s=timeout_s,
+                            objective=objective_args(objective, throughput_floor, power_budget))
     if as_json:
         print(json.dumps(res, indent=2, default=str))
         return

@@ -24,6 +24,9 @@ def search_host_cmd(
     workload: Optional[str] = typer.Option(None, "--workload", help="sim | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
     timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), metavar="SECONDS", help="Per measurement."),
+    objective: str = typer.Option("throughput", "--objective", help="What to keep: throughput (most tokens/s) | energy (most tokens/J, throughput at least --throughput-floor of the incumbent's) | power-capped (most tokens/s with mean watts <= --power-budget)."),
+    throughput_floor: Optional[float] = typer.Option(None, "--throughput-floor", callback=finite(0.01, 1.0), metavar="FRACTION", help="--objective energy: the least throughput kept, as a fraction of the incumbent's at every size (default 0.95)."),
+    power_budget: Optional[float] = typer.Option(None, "--power-budget", callback=finite(1.0, 100000.0), metavar="W", help="--objective power-capped: the most mean board watts (and power limit) per GPU."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search host settings: propose (inside the policy), gate, apply in a safety transaction,
@@ -33,11 +36,23 @@ def search_host_cmd(
     # child process); otherwise in this process
     res = invoke(settings(ctx), "search_host", budget=budget, proposer=proposer, policy=policy,
                      knobs=knobs, seed=seed, repeats=rounds, workload=workload,
-                     metric_regex=metric_regex, timeout_s=timeout_s)
+                     metric_regex=metric_regex, timeout_s=timeout_s,
+                     **objective_args(objective, throughput_floor, power_budget))
     if as_json:
         print(json.dumps(res, indent=2, default=str))
         return
     _print_host_result(res)
+
+
+def objective_args(objective: str, floor: Optional[float], budget: Optional[float]) -> dict:
+    """The objective's arguments as the options models take them (the defaults left out, so a
+    daemon without the fields still answers a plain search)."""
+    out: dict = {} if objective == "throughput" else {"objective": objective}
+    if floor is not None:
+        out["throughput_floor"] = floor
+    if budget is not None:
+        out["power_budget_w"] = budget
+    return out
 
 
 def _print_host_result(res: dict) -> None:
@@ -52,6 +67,10 @@ def _print_host_result(res: dict) -> None:
     print_table(["knob", "start", "best"], rows, title="settings (* = changed; in force now)")
     if isinstance(res.get("baseline"), (int, float)):
         print(f"baseline (start settings): {res['baseline']:.4g}")
+    if res.get("objective", "throughput") != "throughput":
+        tpj = res.get("baseline_tok_per_j")
+        print(f"objective {res['objective']}" + (f"; baseline {tpj:.4g} tok/J" if tpj else "")
+              + (f"; budget {res['power_budget_w']:g} W" if res.get("power_budget_w") else ""))
     print("`metaltune trials` lists each trial; `metaltune profile export --from-host` saves the result")
 
 
@@ -77,6 +96,9 @@ def search_mixed_cmd(
     workload: Optional[str] = typer.Option(None, "--workload", help="sim-llama (sim host default) | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | sim | cmd:<command line>"),
     metric_regex: Optional[str] = typer.Option(None, "--metric-regex", help="For cmd: regex with one group, higher is better."),
     timeout_s: float = typer.Option(600.0, "--timeout", callback=finite(0.1, 86400), help="Per measurement."),
+    objective: str = typer.Option("throughput", "--objective", help="What to keep: throughput (most tokens/s) | energy (most tokens/J, throughput at least --throughput-floor of the incumbent's) | power-capped (most tokens/s with mean watts <= --power-budget)."),
+    throughput_floor: Optional[float] = typer.Option(None, "--throughput-floor", callback=finite(0.01, 1.0), metavar="FRACTION", help="--objective energy: the least throughput kept, as a fraction of the incumbent's at every size (default 0.95)."),
+    power_budget: Optional[float] = typer.Option(None, "--power-budget", callback=finite(1.0, 100000.0), metavar="W", help="--objective power-capped: the most mean board watts (and power limit) per GPU."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search host settings, runtime settings and kernel choices together: each candidate is
@@ -87,7 +109,8 @@ def search_mixed_cmd(
     res = invoke(settings(ctx), "search_mixed", budget=budget, proposer=proposer,
                      policy=policy, knobs=knobs, families=families, runtime=runtime, seed=seed,
                      rounds=rounds, repeats=repeats, max_choices=max_choices, table=table,
-                     suggest=suggest, workload=workload, metric_regex=metric_regex, timeout_s=timeout_s)
+                     suggest=suggest, workload=workload, metric_regex=metric_regex, timeout_s=timeout_s,
+                     **objective_args(objective, throughput_floor, power_budget))
     if as_json:
         print(json.dumps(res, indent=2, default=str))
         return

@@ -40,7 +40,9 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         t = Table(title=f"trials ({res['store']})")
-        for col in ("#", "run", "verdict", "reason", "gain", "candidate"):
+        energy = any(tr.get("energy") for tr in res["trials"])
+        for col in ("#", "run", "verdict", "reason", "gain", *(("tok/J", "W") if energy else ()),
+                    "candidate"):
             t.add_column(col)
         for tr in res["trials"]:
             gain = f"{tr['gain']:+.2%}" if tr.get("gain") is not None else ""
@@ -51,8 +53,20 @@ def register(app: typer.Typer) -> None:
                 desc = (desc + " " if desc else "") + f"kernel {k['family']}/{k.get('variant')} {k.get('config')}"
             if cand.get("runtime"):
                 desc += f" runtime {cand['runtime']}"
-            t.add_row(str(tr["number"]), tr["run_id"][-6:], tr["verdict"], tr["reason"], gain, desc)
+            t.add_row(str(tr["number"]), tr["run_id"][-6:], tr["verdict"], tr["reason"], gain,
+                      *(_energy_cells(tr.get("energy") or {}) if energy else ()), desc)
         Console().print(t)
+
+
+def _energy_cells(e: dict) -> tuple[str, str]:
+    """tokens/J (geometric mean over sizes, as the keep rule weighs them) and mean watts (the
+    highest size's, as a budget is held); per size in --json."""
+    tpj, w = list((e.get("tok_per_j") or {}).values()), list((e.get("watts") or {}).values())
+    if not tpj:
+        return "", ""
+    from tuner.workloads.stats import geomean
+
+    return f"{geomean(tpj):.3g}", (f"{max(w):.0f}" if w else "")
 
 
 def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_json: bool) -> None:

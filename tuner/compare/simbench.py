@@ -10,6 +10,10 @@ Assumptions (documented, not measured; change them here only with a reason):
   memory clock, the holistic decode with the model's workload throughput (so a profile that the
   model says is faster, or an injected thermal/power-brake slowdown, shows up here).
   Host<->device copies scale with the PCIe link the sim's sysfs shows (gen x width).
+- Decode tokens/J base: decode_tok_s over the board's draw while decoding (H200: 9,060 tok/s at
+  ~690 W, the 684-720 W the facts measured for dense MLA decode at the 700 W limit; RTX 4090:
+  700 tok/s at ~400 W), scaled by the model's tokens/J now over the defaults'
+  (tuner/sim/power.py).
 - H200 decode base: the facts' 4-layer Llama-style decode at batch 8, 4k context (0.91 ms graph,
   2.95 ms eager, measured in the VM) with the VM factors below taken out.
 - A VM (`--vm`, or the facts say vm) costs: eager launch latency x1.30 (guest exits on the
@@ -38,7 +42,7 @@ BASE: dict[str, dict[str, float]] = {
         "h2d_pageable_gbps": 17.8, "d2h_pageable_gbps": 15.0,
         "launch_eager_us": 4.3, "launch_graph_us": 1.23,
         "nccl_allreduce_busbw_gbps": 360.0, "host_mem_bw_gbps": 20.0, "decode_tok_s": 9060.0,
-        "decode_eager_tok_s": 3390.0, "pcie_gen": 5, "pcie_width": 16,
+        "decode_eager_tok_s": 3390.0, "decode_tok_per_j": 13.1, "pcie_gen": 5, "pcie_width": 16,
     },
     "rtx4090": {
         "gemm_bf16_tflops": 150.0, "device_copy_tbps": 0.91,
@@ -46,7 +50,7 @@ BASE: dict[str, dict[str, float]] = {
         "h2d_pageable_gbps": 13.0, "d2h_pageable_gbps": 11.0,
         "launch_eager_us": 3.9, "launch_graph_us": 1.15,
         "nccl_allreduce_busbw_gbps": 18.0, "host_mem_bw_gbps": 20.0, "decode_tok_s": 700.0,
-        "decode_eager_tok_s": 330.0, "pcie_gen": 4, "pcie_width": 16,
+        "decode_eager_tok_s": 330.0, "decode_tok_per_j": 1.75, "pcie_gen": 4, "pcie_width": 16,
     },
 }
 VM_FACTOR = {
@@ -58,6 +62,7 @@ VM_FACTOR = {
 NO_RELAXED_ORDERING = {"h2d_pinned_gbps": 0.97, "d2h_pinned_gbps": 0.97}
 COMPUTE = {"gemm_bf16_tflops"}
 WORKLOAD = {"decode_tok_s", "decode_eager_tok_s"}
+ENERGY = {"decode_tok_per_j"}
 MEMORY = {"device_copy_tbps"}
 LINK = {"h2d_pinned_gbps", "d2h_pinned_gbps", "h2d_pageable_gbps", "d2h_pageable_gbps"}
 _GEN_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
@@ -74,7 +79,7 @@ def model_factors(root: Path) -> dict[str, float]:
     """GPU 0 of the sim now, relative to the same chip at its default settings, through the sim's
     performance model: `compute` (graphics clock), `memory` (memory clock), `workload` (the
     model's mixed inference throughput). 1.0 each when the model cannot say."""
-    ones = {"compute": 1.0, "memory": 1.0, "workload": 1.0}
+    ones = {"compute": 1.0, "memory": 1.0, "workload": 1.0, "energy": 1.0}
     try:
         from tuner.sim import model
     except ImportError:
@@ -89,7 +94,9 @@ def model_factors(root: Path) -> dict[str, float]:
         return ones
     return {"compute": now.clock_mhz / ref.clock_mhz if ref.clock_mhz else 1.0,
             "memory": now.mem_clock_mhz / ref.mem_clock_mhz if ref.mem_clock_mhz else 1.0,
-            "workload": now.throughput / ref.throughput if ref.throughput else 1.0}
+            "workload": now.throughput / ref.throughput if ref.throughput else 1.0,
+            "energy": (now.throughput / now.power_w) / (ref.throughput / ref.power_w)
+            if ref.throughput and now.power_w and ref.power_w else 1.0}
 
 
 def link_factor(facts: dict[str, Any], base: dict[str, float]) -> float:
@@ -129,6 +136,8 @@ def run(host: Any, facts: dict[str, Any], cfg: Config, seed: int | None) -> list
             v *= mf["compute"]
         if name in WORKLOAD:
             v *= mf["workload"]
+        if name in ENERGY:
+            v *= mf["energy"]
         if name in MEMORY:
             v *= mf["memory"]
         if name in LINK:

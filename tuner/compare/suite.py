@@ -45,6 +45,7 @@ METRICS: dict[str, tuple[str, bool, str]] = {
     "host_mem_bw_gbps": ("GB/s", True, "host memory copy, bytes read + written"),
     "decode_tok_s": ("tok/s", True, "holistic decode tokens/s, CUDA graph (tuner.workloads.llama)"),
     "decode_eager_tok_s": ("tok/s", True, "holistic decode tokens/s, eager launches"),
+    "decode_tok_per_j": ("tok/J", True, "holistic decode tokens per joule of board energy (NVML's energy counter), CUDA graph"),
 }
 
 
@@ -244,6 +245,13 @@ _BENCHES: dict[str, Callable[[Config, bool], Metric]] = {
     "host_mem_bw_gbps": host_mem_bw,
     "decode_tok_s": decode,
     "decode_eager_tok_s": lambda c, g: decode(c, g, graphs=False),
+    "decode_tok_per_j": lambda c, g: _decode_energy(c, g),
 }
+
+
+def _decode_energy(cfg: Config, cuda: bool) -> Metric:
+    from tuner.compare import holistic
+
+    return holistic.measure_energy(new("decode_tok_per_j"), cfg, cuda)
 
 os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")

@@ -134,7 +134,19 @@ def pool(measurements: list[Measurement]) -> Optional[Measurement]:
     return Measurement(
         metric=first.metric, unit=first.unit, value=statistics.median(samples), samples=samples,
         per_size={k: statistics.median(v) for k, v in sizes.items()},
+        per_size_tok_per_j=_median_of(m.per_size_tok_per_j for m in measurements),
+        per_size_watts=_median_of(m.per_size_watts for m in measurements),
+        energy_source=first.energy_source,
     )
+
+
+def _median_of(dicts: Any) -> dict[str, float]:
+    """Per key, the median over the dicts that have it (energy per size: a side's repeats)."""
+    out: dict[str, list[float]] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out.setdefault(k, []).append(v)
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 HEADLINE = "__headline__"

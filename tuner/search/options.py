@@ -50,11 +50,25 @@ class SearchOptions(BaseModel):
     proposer: str = "random"
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0, le=86400)
+    #: what the keep rule keeps (tuner.search.objective): throughput | energy | power-capped
+    objective: Literal["throughput", "energy", "power-capped"] = "throughput"
+    throughput_floor: Optional[float] = Field(None, gt=0, le=1)
+    power_budget_w: Optional[float] = Field(None, gt=0, le=100000)
 
     @field_validator("proposer")
     @classmethod
     def _check_proposer(cls, v: str) -> str:
         return _proposer(v)
+
+    @model_validator(mode="after")
+    def _objective_args(self) -> "SearchOptions":
+        if self.throughput_floor is not None and self.objective != "energy":
+            raise ValueError("--throughput-floor: only with --objective energy")
+        if self.power_budget_w is not None and self.objective != "power-capped":
+            raise ValueError("--power-budget: only with --objective power-capped")
+        if self.objective == "power-capped" and self.power_budget_w is None:
+            raise ValueError("--power-budget: required with --objective power-capped")
+        return self
 
     @classmethod
     def parse(cls, op: str, args: dict[str, Any]) -> "SearchOptions":
@@ -69,9 +83,12 @@ class SearchOptions(BaseModel):
         return {k: getattr(self, k) for k in type(self).model_fields}
 
 
+_OBJECTIVE_FLAGS = {"objective": "--objective", "throughput_floor": "--throughput-floor",
+                    "power_budget_w": "--power-budget"}
 _COMMON_FLAGS = {"budget": "--budget", "proposer": "--proposer", "seed": "--seed",
                  "timeout_s": "--timeout", "policy": "--policy", "knobs": "--knob",
-                 "repeats": "--repeats", "workload": "--workload", "metric_regex": "--metric-regex"}
+                 "repeats": "--repeats", "workload": "--workload", "metric_regex": "--metric-regex",
+                 **_OBJECTIVE_FLAGS}
 
 
 class HostSearchOptions(SearchOptions):
@@ -123,7 +140,7 @@ class KernelSearchOptions(SearchOptions):
         "timeout_s": "--timeout", "incumbent_table": "--incumbent", "ideas": "--idea",
         "max_tokens": "--max-tokens", "max_usd": "--max-usd", "stop_after": "--stop-after",
         "model": "--model", "gpu": "--gpu", "models": "--model-context",
-        "diagnosis": "--diagnosis"}
+        "diagnosis": "--diagnosis", **_OBJECTIVE_FLAGS}
     family: str
     proposer: str = "optuna"
     device: Optional[Literal["cpu", "cuda"]] = None

@@ -79,6 +79,8 @@ class TrialStore:
         return run_id
 
     def add(self, trial: Trial) -> int:
+        if not trial.energy:
+            trial.energy = energy_of(trial)
         cur = self._db.execute(
             "INSERT INTO trials(run_id, number, verdict, reason, objective, started_at, body)"
             " VALUES (?,?,?,?,?,?,?)",
@@ -122,3 +124,24 @@ class TrialStore:
 
     def __iter__(self) -> Iterator[Trial]:
         return iter(self.list())
+
+
+def energy_of(trial: Trial) -> dict[str, Any]:
+    """The candidate side's tokens/J and mean board watts per size (medians over its repeats),
+    from what the evaluator recorded: the host rule's pooled `candidate`, or the per-size
+    rule's `holistic.candidate` repeats. Empty when no energy was measured."""
+    from tuner.search.keep import pool
+    from tuner.trial import Measurement
+
+    ms = trial.measurements or {}
+    raw = ms.get("candidate") or (ms.get("holistic") or {}).get("candidate") or []
+    try:
+        runs = [Measurement.model_validate(m) for m in (raw if isinstance(raw, list) else [raw])]
+    except ValueError:
+        return {}
+    m = pool(runs)
+    if m is None or not m.per_size_tok_per_j:
+        return {}
+    return {"tok_per_j": {k: round(v, 6) for k, v in m.per_size_tok_per_j.items()},
+            "watts": {k: round(v, 1) for k, v in m.per_size_watts.items()},
+            "source": m.energy_source}

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Optional
 
 from tuner.proposers.llm.cost import TOKEN_FIELDS
 from tuner.trial import Trial
+from tuner.workloads.stats import geomean
 
 _RULE = re.compile(r"([A-Za-z_][A-Za-z0-9_:]*): ")
 
@@ -62,25 +63,30 @@ def stats(trials: Iterable[Trial], runs: Optional[list[dict[str, Any]]] = None) 
         tokens = sum(sum((t.cost or {}).get(f, 0.0) for f in TOKEN_FIELDS) for t in ts)
         usd = sum((t.cost or {}).get("usd", 0.0) for t in ts)
         priced = any("usd" in (t.cost or {}) for t in ts)
-        gain, t0, curve = 1.0, ts[0].started_at, []
+        gain, t0, curve, tpj, energy = 1.0, ts[0].started_at, [], None, []
         for i, t in enumerate(ts, 1):
             if t.verdict == "kept" and t.reason != "baseline" and t.gain is not None:
                 gain *= 1.0 + t.gain
+            if t.verdict == "kept" and (t.energy or {}).get("tok_per_j"):
+                tpj = geomean(list(t.energy["tok_per_j"].values()))
             curve.append({"trial": i, "elapsed_s": round(t.started_at + t.duration_s - t0, 3),
                           "gain": gain - 1.0})
+            if tpj is not None:  # tokens/J of the settings kept so far (energy measured)
+                energy.append({"trial": i, "tok_per_j": tpj})
         out[name] = {
             "trials": len(ts), "counts": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
             "shares": {k: n / len(ts) for k, n in counts.items()}, "kept": kept,
             "tokens": tokens, "usd": usd if priced else None,
             "tokens_per_kept": tokens / kept if kept and tokens else None,
             "usd_per_kept": usd / kept if kept and priced else None,
-            "best_gain": gain - 1.0, "gain_over_time": curve,
+            "best_gain": gain - 1.0, "gain_over_time": curve, "tok_per_j_over_time": energy,
         }
     return out
 
 
 def chart(per_proposer: dict[str, Any], path: Path, title: str = "trials") -> Path:
-    """Two panels: outcome shares per proposer (stacked), compounded gain after each trial."""
+    """Two panels: outcome shares per proposer (stacked), compounded gain after each trial; a
+    third where energy was measured: tokens/J of the kept settings after each trial."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,7 +95,19 @@ def chart(per_proposer: dict[str, Any], path: Path, title: str = "trials") -> Pa
     names = list(per_proposer)
     cats = sorted({c for p in per_proposer.values() for c in p["counts"]},
                   key=lambda c: (c != "kept", c != "lost", c))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    energy = any(p.get("tok_per_j_over_time") for p in per_proposer.values())
+    fig, axes = plt.subplots(1, 3 if energy else 2, figsize=(18 if energy else 12, 4.5))
+    ax1, ax2 = axes[0], axes[1]
+    if energy:
+        for n in names:
+            cur = per_proposer[n].get("tok_per_j_over_time") or []
+            if cur:
+                axes[2].step([p["trial"] for p in cur], [p["tok_per_j"] for p in cur],
+                             where="post", label=n)
+        axes[2].set_xlabel("trial")
+        axes[2].set_ylabel("tokens/J of the kept settings")
+        axes[2].set_title("energy over time")
+        axes[2].legend(fontsize=8)
     left = [0.0] * len(names)
     cmap = plt.get_cmap("tab20")
     for i, c in enumerate(cats):

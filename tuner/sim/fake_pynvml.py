@@ -24,6 +24,7 @@ import pynvml
 from tuner.pids import alive
 from tuner.sim import model
 from tuner.sim.nvml_clocks import ClocksMixin, nvml_error
+from tuner.sim.nvml_energy import EnergyMixin  # power usage, total energy
 from tuner.sim.skus import Sku, get_sku
 from tuner.sim.state import SimState
 
@@ -44,7 +45,7 @@ def _norm_busid(s: Any) -> str:
     return f"{int(parts[0], 16):08x}:{parts[1]}:{parts[2]}"
 
 
-class FakeNVML(ClocksMixin):
+class FakeNVML(ClocksMixin, EnergyMixin):
     # the constants and classes callers reach through the module (pynvml.NVML_CLOCK_GRAPHICS, ...)
     def __getattr__(self, name: str) -> Any:
         if name.startswith("nvml") and callable(getattr(pynvml, name, None)):
@@ -252,12 +253,6 @@ class FakeNVML(ClocksMixin):
         except pynvml.NVMLError:
             pass
         return pynvml.NVML_SUCCESS
-
-    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
-        g, _, sku = self._gpu(handle)
-        if self._busy(g) and g.get("last_run"):
-            return int(g["last_run"]["power_w"] * 1000)
-        return int(sku.idle_power_w * 1000)
 
     # -- persistence --------------------------------------------------------------------------
     def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:

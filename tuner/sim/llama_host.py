@@ -123,8 +123,14 @@ class SimHostLlamaWorkload:
         factors = [s / self.reference for s in host.samples]
         per = m.extra["per_size_samples"]
         scaled = {k: [v * f for v, f in zip(vals, factors)] for k, vals in per.items()}
-        return summarize(m.metric, m.unit, scaled, extra={
+        out = summarize(m.metric, m.unit, scaled, extra={
             "simulated": "llama tokens/s x sim host throughput / driver-default throughput",
             "host_factor": statistics.median(factors), "sim": host.extra,
             **{k: m.extra.get(k) for k in ("runtime", "check", "device")},
             **{k: v for k, v in m.extra.items() if k == "model_process"}})
+        # the host's modelled board draw behind every size (the Llama on the CPU has none)
+        w_total = sum(g["power_w"] for g in host.extra["gpus"])
+        out.per_size_tok_per_j = {k: round(v / w_total, 4) for k, v in out.per_size.items()}
+        out.per_size_watts = {k: round(w_total / len(host.extra["gpus"]), 1) for k in out.per_size}
+        out.energy_source = "sim_model"
+        return out

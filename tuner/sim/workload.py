@@ -2,7 +2,8 @@
 
 `SimWorkload(root).measure(repeats, timeout_s)` returns a `tuner.trial.Measurement` (throughput
 summed over the host's GPUs, ~2% noise per repeat from a seeded RNG keyed by a counter in the state,
-so the same seed and call sequence give the same numbers). Each run publishes the GPU's sensors
+so the same seed and call sequence give the same numbers) and its energy from the model (tokens/J and
+mean board watts under the key "all", energy_source "sim_model"; tuner/sim/power.py). Each run publishes the GPU's sensors
 (clock, power, temperature, clock event reasons); a run that hangs is also seen busy (utilisation
 100 %, its pid as a compute process) for as long as it blocks. Unstable settings queue Xid events (events.jsonl + a kmsg line) and may hang; a hang, from
 the model or from `sim inject DIR hang`, blocks for real until timeout_s and raises WorkloadHang.
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.sim import model
+from tuner.sim import model, power
 from tuner.sim.events import queue_xid
 from tuner.sim.skus import get_sku
 from tuner.sim.state import SimState
@@ -24,6 +25,7 @@ from tuner.trial import Measurement
 from tuner.workloads.base import Untuned
 
 NOISE_SIGMA = model.NOISE_SIGMA
+ALL = "all"  # the energy key of a workload without sizes
 
 
 from tuner.errors import WorkloadHang  # noqa: E402  (one class for every workload's hang)
@@ -48,6 +50,7 @@ class SimWorkload(Untuned):
             rng = random.Random(f"metaltune-sim:{st.get('seed', 0)}:{counter}")
             outs, xids, hang = [], [], False
             for g in st["gpus"]:
+                power.fold(g, sku, busy=bool(g.get("busy")))  # the counter up to now
                 o = model.evaluate(sku, g)
                 outs.append(o)
                 g["last_run"] = {"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
@@ -72,8 +75,10 @@ class SimWorkload(Untuned):
     def _finish(self) -> None:
         pid = os.getpid()
         with self.state.edit() as st:
+            sku = get_sku(st["sku"])
             for g in st["gpus"]:
                 if (g.get("busy") or {}).get("pid") == pid:
+                    power.fold(g, sku, busy=True)  # the hung run's draw, up to now
                     g["busy"] = None
 
     def _hang(self, timeout_s: float, what: str) -> None:
@@ -93,14 +98,19 @@ class SimWorkload(Untuned):
             self._hang(timeout_s, "workload")
         true = sum(o.throughput for o in outs)
         samples = [round(true * (1.0 + rng.gauss(0.0, NOISE_SIGMA)), 2) for _ in range(repeats)]
+        watts = [o.power_w for o in outs]  # utilisation 1: a busy decode (tuner.sim.power)
         extra: dict[str, Any] = {
             "xids": xids,
             "gpus": [{"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
                       "power_w": round(o.power_w, 1), "temp_c": o.temp_c, "reasons": o.reasons,
                       "regime": o.regime} for o in outs],
         }
-        return Measurement(metric=self.metric, unit=unit, value=statistics.median(samples),
-                           samples=samples, extra=extra)
+        value = statistics.median(samples)
+        # sizeless: energy under the one key "all"; tokens/J of the whole host, watts per board
+        return Measurement(metric=self.metric, unit=unit, value=value, samples=samples,
+                           per_size_tok_per_j={ALL: round(value / sum(watts), 4)},
+                           per_size_watts={ALL: round(sum(watts) / len(watts), 1)},
+                           energy_source="sim_model", extra=extra)
 
     def canary(self, timeout_s: float = 10.0) -> bool:
         """A short known-answer run: True when it completes. An injected hang blocks it too."""

@@ -147,6 +147,9 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
 
     from tuner.search.safety_context import SafetyContext
 
+    from tuner.search.objective import Objective
+
+    obj = Objective.of(o)
     guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,  # BadInput: policy
                           measure_timeout_s=o.timeout_s)
     try:
@@ -154,7 +157,7 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
                     budget=o.budget, proposer=o.proposer, seed=o.seed, repeats=o.repeats,
                     rounds=o.rounds, timeout_s=o.timeout_s, isolate=o.isolate, on_trial=on_trial,
                     meta={"knobs": sorted(chosen), "families": fams,
-                          "workload": workload or wl.name})
+                          "workload": workload or wl.name, **obj.describe()}, objective=obj)
     finally:
         guard.close()
         wl.close()  # e.g. the rank processes of a multi-GPU workload
@@ -164,7 +167,8 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
 def build_evaluator(knobs: dict[str, Any], workload: Tunable, guard: Any,
                     runtime_dims: dict[str, list[Any]], slots: list[Any], start_table: Any = None,
                     *, rounds: int = 3, repeats: int = 3, timeout_s: float = 600.0,
-                    isolate: Optional[bool] = None, store_dir: Optional[Path] = None) -> Any:
+                    isolate: Optional[bool] = None, store_dir: Optional[Path] = None,
+                    objective: Any = None) -> Any:
     """The MixedEvaluator over the joint space (its `.joint`), the host's current values, the
     workload's runtime and the start table's choices as the incumbent."""
     from tuner.search.host.evaluator import HostEvaluator
@@ -175,7 +179,10 @@ def build_evaluator(knobs: dict[str, Any], workload: Tunable, guard: Any,
     inc = Incumbent.at_start({n: k.read() for n, k in knobs.items()},
                              workload.runtime_settings(), slots, start_table)
     joint = JointSpace(knobs, runtime_dims, slots, inc)
-    host_ev = HostEvaluator(knobs, workload, guard, incumbent=inc.host, timeout_s=timeout_s)
+    from tuner.search.objective import THROUGHPUT
+
+    host_ev = HostEvaluator(knobs, workload, guard, incumbent=inc.host, timeout_s=timeout_s,
+                            objective=objective or THROUGHPUT)
     rt_ev = RuntimeEvaluator(workload, incumbent=inc.runtime, rounds=rounds, repeats=repeats,
                              validate=workload.validate_runtime)
     if workload.first_step_s is not None:
@@ -190,7 +197,7 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
          suggestions: list[Any], *, budget: int,
          proposer: str, seed: int, repeats: int, rounds: int, timeout_s: float,
          isolate: Optional[bool], on_trial: Optional[Callable[[Trial], None]],
-         meta: dict[str, Any]) -> dict[str, Any]:
+         meta: dict[str, Any], objective: Any = None) -> dict[str, Any]:
     from tuner.proposers import SearchSpace, make
     from tuner.proposers.llm.context import host_context
     from tuner.proposers.seeded import seeded
@@ -199,9 +206,20 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
 
     from tuner.search.sources import sources_dir
 
+    if objective is not None and chosen:  # power-capped: the run starts within the budget
+        from tuner.search.host.run import clamp_to_budget
+
+        clamp_to_budget(chosen, guard, objective, {n: k.read() for n, k in chosen.items()})
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
                          repeats=repeats, timeout_s=timeout_s, isolate=isolate,
-                         store_dir=sources_dir(guard.state_dir))
+                         store_dir=sources_dir(guard.state_dir), objective=objective)
+    if objective is not None:  # power-capped: no power limit over the budget is proposed
+        from tuner.search.objective import within_budget
+
+        for d in ev.joint.host_dims:
+            dom = ev.joint.doms[d.name]
+            d.values[:] = [v for v in d.values if not isinstance(v, (int, float))
+                           or within_budget(objective, d.name, dom.from_search(v))]
     joint, inc = ev.joint, ev.joint.incumbent
     start_host, start_rt = dict(inc.host), dict(inc.runtime)
     space, kw = joint.space, {}
@@ -251,6 +269,7 @@ def summary(trials: list[Trial], run_id: str, inc: Any, start_host: dict[str, An
     """The kept changes by kind, counts by kind and verdict:reason, the table's path."""
     from tuner.knobs.base import values_equal
     from tuner.search.mixed.space import TORCH, kinds_of
+    from tuner.search.objective import tok_per_j
 
     by_kind: dict[str, Counter] = {}
     for t in trials:
@@ -268,5 +287,5 @@ def summary(trials: list[Trial], run_id: str, inc: Any, start_host: dict[str, An
         "best_settings": dict(inc.host), "start": start_host,
         "slots": [s.name for s in joint.slots],
         "baseline": base.value, "table": str(table_path), "table_entries": len(table.entries),
-        "seconds": seconds,
+        "seconds": seconds, "baseline_tok_per_j": tok_per_j(base),
     }
