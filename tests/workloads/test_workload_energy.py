@@ -92,3 +92,13 @@ def test_a_failing_size_closes_the_meter(monkeypatch, fake_gpu_meter):
     with pytest.raises(WorkloadFailed):
         wl.measure(repeats=1)
     assert fake_gpu_meter and all(f.inited == 0 for f in fake_gpu_meter)
+
+
+def test_the_environment_sets_a_longer_window_and_bad_values_keep_the_default(monkeypatch,
+                                                                              fake_gpu_meter):
+    monkeypatch.setenv(wenergy.WINDOW_ENV, "0.4")
+    m = _wl("llama").measure(repeats=1)
+    assert all(s >= 0.4 for s in m.extra["energy"]["windows_s"].values())
+    for bad in ("", "fast", "-1", "0", "1e9", "nan"):
+        monkeypatch.setenv(wenergy.WINDOW_ENV, bad)
+        assert wenergy.min_window_s() == 0.15  # the (patched) default

@@ -5,7 +5,10 @@ total-energy counter, else integrated power samples; read only), and tokens per 
 
 A window shorter than MIN_WINDOW_S is topped up with more of the same steps before it is read:
 NVML's counter moves in steps of milliseconds to tens of them, too coarse for a window of a few
-decode steps. The top-up adds time only to sizes whose timed repeats were that short."""
+decode steps. The top-up adds time only to sizes whose timed repeats were that short.
+METALTUNE_ENERGY_WINDOW_S sets a longer window: on the H200 a board's draw swung 470-535 W
+between 0.5 s windows of the same kernels (issue 34's run), so a replay that compares energy
+takes seconds a window."""
 from __future__ import annotations
 
 import statistics
@@ -13,6 +16,19 @@ import time
 from typing import Any, Callable, Optional
 
 MIN_WINDOW_S = 0.5
+WINDOW_ENV = "METALTUNE_ENERGY_WINDOW_S"
+
+
+def min_window_s() -> float:
+    """The least window a size's energy is read over: MIN_WINDOW_S, or the environment's value
+    (0.1 to 60 s; anything else keeps the default: a measurement is no place for a usage error)."""
+    import os
+
+    try:
+        v = float(os.environ.get(WINDOW_ENV, ""))
+    except ValueError:
+        return MIN_WINDOW_S
+    return v if 0.1 <= v <= 60.0 else MIN_WINDOW_S
 
 
 def meter_for(device: Any) -> Any:
@@ -82,7 +98,8 @@ class _Window:
         if exc_type is not None:  # the run failed: close the window, record nothing
             m.stop()
             return
-        while time.perf_counter() - self.t0 < MIN_WINDOW_S:
+        least = min_window_s()
+        while time.perf_counter() - self.t0 < least:
             self.step()
         _sync(self.owner.device)
         self.owner.readings[self.key] = m.stop()
