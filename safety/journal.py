@@ -121,7 +121,7 @@ class Journal(JournalReads):
         baseline and every knob whose latest change not rolled back differs from it."""
         if self.readonly:
             return
-        with io(), anchor.locked(self.path.parent):  # _IO first: fork() never copies the flock
+        with io(), anchor.locked(self.path.parent):  # io() first: fork() never copies the flock
             c = self._conn()
             jid = c.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()[0]
             last = c.execute("SELECT COALESCE(MAX(id), 0) FROM txns").fetchone()[0]

@@ -4,7 +4,8 @@ from __future__ import annotations
 import ast
 
 from kernelsearch.harness.guard_allow import GLUON, JIT, MODULES, PATHS
-from kernelsearch.harness.guard_ast import Violation, attr_chain, import_aliases, is_const, resolve_path
+from kernelsearch.harness.guard_ast import (Violation, attr_chain, import_aliases, is_const,
+                                            resolve_path)
 
 # Under TRITON_INTERPRET=1 a kernel body runs as ordinary Python with the module's globals, so
 # it is held to the same allow-list: names it may read, attribute names on values, paths on
