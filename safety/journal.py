@@ -1,98 +1,35 @@
 """The journal: a durable SQLite record of baselines, change intents and their outcome, incidents
 and quarantined candidates. Every record is committed *before* the action it describes, so after
 a crash (kill -9, power loss) the journal alone says what may have been written and how to undo it.
-
-Durability: `synchronous=FULL` with a rollback journal (`journal_mode=TRUNCATE`): a committed
-record is fsynced, so it survives power loss, not only a process crash.
-
-Not WAL, because of fork: the probation watchdog is *forked* from the process that holds the
-journal open (it must keep the caller's knob objects) and then opens its own connection. SQLite
-shares per-file state between connections of one process, and after fork() the child believes it
-holds its parent's lock on WAL's shared-memory index. Once the parent dies, the next process to
-open the journal resets that index, and the child's next commit touches memory past the end of
-the truncated file: SIGBUS, the rollback done but never journalled (seen here about once in five
-runs of "caller killed during probation" under CPU load). With a rollback journal there is no
-shared memory, and every SQLite call in this process runs under one lock that fork() also takes
-(`os.register_at_fork`), so a child never starts with a lock its parent held mid-statement.
+The SQLite file (durability, the fork-safe lock) is `journal_sqlite`; the reads, `journal_reads`.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any, Optional
 
 from safety import anchor
-from safety.errors import JournalDamaged, StateUnwritable
+from safety.errors import JournalDamaged
 from safety.incident import Incident
+from safety.journal_reads import OPEN_TXN_STATES, ROLLBACK_PENDING, JournalReads
+from safety.journal_sqlite import (SCHEMA, SCHEMA_VERSION, connect_readonly, dump, io, load,
+                                   unwritable)
 from safety.securefs import open_file, secure_dir
 
-# every SQLite call of this process, in any thread and any Journal, holds this lock; fork() takes
-# it too, so a forked child (the watchdog) never inherits a statement or lock in progress
-_IO = threading.RLock()
+__all__ = ["OPEN_TXN_STATES", "ROLLBACK_PENDING", "WHAT_TO_DO", "Journal", "connect_readonly",
+           "damage_message", "open_readonly"]
 
-
-def _after_fork_in_child() -> None:
-    global _IO
-    _IO = threading.RLock()  # the child has one thread; the parent's holder is gone
-
-
-os.register_at_fork(before=lambda: _IO.acquire(), after_in_parent=lambda: _IO.release(),
-                    after_in_child=_after_fork_in_child)
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
--- first value of each knob before metaltune first changed it, per physical thing (identity)
-CREATE TABLE IF NOT EXISTS baseline (
-    knob TEXT NOT NULL, identity TEXT NOT NULL, value TEXT NOT NULL, effect TEXT NOT NULL,
-    taken_at REAL NOT NULL, PRIMARY KEY (knob, identity));
--- one transaction: a set of knob changes applied, probed and confirmed or rolled back together
---   state: intent -> probation -> confirmed | rolling_back -> rolled_back | rollback_failed
-CREATE TABLE IF NOT EXISTS txns (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, label TEXT NOT NULL, candidate_key TEXT,
-    state TEXT NOT NULL, created REAL NOT NULL, deadline REAL, probation_s REAL,
-    pid INTEGER, watchdog_pid INTEGER, reason TEXT, updated REAL NOT NULL);
---   state: intent -> applied -> confirmed | rolled_back | rollback_failed
-CREATE TABLE IF NOT EXISTS changes (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, txn_id INTEGER NOT NULL REFERENCES txns(id),
-    seq INTEGER NOT NULL, knob TEXT NOT NULL, identity TEXT NOT NULL, effect TEXT NOT NULL,
-    before TEXT NOT NULL, after TEXT NOT NULL, state TEXT NOT NULL, created REAL NOT NULL,
-    applied_at REAL, resolved_at REAL, reason TEXT);
-CREATE INDEX IF NOT EXISTS changes_knob ON changes (knob, created);
-CREATE INDEX IF NOT EXISTS changes_txn ON changes (txn_id);
-CREATE TABLE IF NOT EXISTS incidents (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, type TEXT NOT NULL,
-    severity TEXT NOT NULL, xid INTEGER, gpu TEXT, source TEXT, detail TEXT NOT NULL,
-    data TEXT, txn_id INTEGER, knob TEXT, action TEXT);
-CREATE TABLE IF NOT EXISTS quarantine (
-    key TEXT PRIMARY KEY, reason TEXT NOT NULL, incident_id INTEGER, txn_id INTEGER,
-    time REAL NOT NULL);
-"""
-
-OPEN_TXN_STATES = ("intent", "probation", "rolling_back")
-#: an incident's action while its rollback waits for the writer (retried until done)
-ROLLBACK_PENDING = "rollback pending"
 WHAT_TO_DO = ("run `metaltune recover --from-defaults` to restore each knob's driver default, or "
               "`metaltune baseline --accept-current` to accept the values in force now as the baseline")
 
 
-def _dump(v: Any) -> str:
-    return json.dumps(v, sort_keys=True, default=str)
-
-
-def _load(s: Optional[str]) -> Any:
-    return None if s is None else json.loads(s)
-
-
-class Journal:
+class Journal(JournalReads):
     """One SQLite file (default `<state_dir>/journal.db`). Safe to open from several processes
     (the caller, its watchdog, `metaltune status`); one connection per thread."""
 
@@ -129,9 +66,9 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.path.exists():  # root-only: the journal names devices and settings
             os.close(open_file(self.path, os.O_RDWR | os.O_CREAT))
-        with _IO:
+        with io():
             c = self._conn()
-            c.executescript(_SCHEMA)  # idempotent; commits on its own
+            c.executescript(SCHEMA)  # idempotent; commits on its own
             if "action" not in {r[1] for r in c.execute("PRAGMA table_info(incidents)")}:
                 c.execute("ALTER TABLE incidents ADD COLUMN action TEXT")  # journals before it
         with self._tx() as c:
@@ -146,7 +83,7 @@ class Journal:
         """(journal id, last transaction id) of an existing file, read without writing;
         JournalDamaged when SQLite cannot read it whole."""
         try:
-            with _IO:
+            with io():
                 c = self._conn()
                 check = [r[0] for r in c.execute("PRAGMA quick_check").fetchall()]
                 if check != ["ok"]:
@@ -184,7 +121,7 @@ class Journal:
         baseline and every knob whose latest change not rolled back differs from it."""
         if self.readonly:
             return
-        with _IO, anchor.locked(self.path.parent):  # _IO first: fork() never copies the flock
+        with io(), anchor.locked(self.path.parent):  # io() first: fork() never copies the flock
             c = self._conn()
             jid = c.execute("SELECT value FROM meta WHERE key='journal_id'").fetchone()[0]
             last = c.execute("SELECT COALESCE(MAX(id), 0) FROM txns").fetchone()[0]
@@ -193,7 +130,7 @@ class Journal:
             in_force = self.in_force()
             data = {"journal_id": jid, "journal": self.path.name, "last_txn": int(last),
                     "in_force": in_force,
-                    "baseline": [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "effect": r[3]}
+                    "baseline": [{"knob": r[0], "identity": r[1], "value": load(r[2]), "effect": r[3]}
                                  for r in base]}
             if _same_record(anchor.read_quiet(self.anchor_path), data):
                 return  # an fsync saved: nothing the anchor holds has changed
@@ -204,81 +141,6 @@ class Journal:
     def in_state_dir(cls, state_dir: str | os.PathLike[str]) -> "Journal":
         return cls(Path(state_dir) / "journal.db")
 
-    # -- connection ------------------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection:
-        c = getattr(self._local, "conn", None)
-        if c is None or getattr(self._local, "pid", None) != os.getpid():
-            # never reuse a connection across fork: open a fresh one in the child
-            if self.readonly:  # opening must not write: not even the journal-mode pragma
-                c = connect_readonly(self.path)
-            else:
-                c = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-                c.execute("PRAGMA journal_mode=TRUNCATE")  # not WAL: see the module docstring
-                c.execute("PRAGMA synchronous=FULL")
-            c.execute("PRAGMA foreign_keys=ON")
-            c.row_factory = sqlite3.Row
-            self._local.conn, self._local.pid = c, os.getpid()
-        return c
-
-    class _Tx:
-        def __init__(self, journal: "Journal"):
-            self.journal = journal
-            self.lock = _IO
-
-        def __enter__(self) -> sqlite3.Connection:
-            self.lock.acquire()
-            try:
-                self.c = self.journal._conn()
-                self.c.execute("BEGIN IMMEDIATE")
-            except BaseException as e:
-                self.lock.release()
-                if isinstance(e, sqlite3.OperationalError):
-                    raise _unwritable(self.journal.path, e) from None
-                raise
-            return self.c
-
-        def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-            try:
-                if et is None:
-                    try:
-                        self.c.execute("COMMIT")
-                    except sqlite3.Error as e:
-                        if self.c.in_transaction:
-                            self.c.execute("ROLLBACK")
-                        raise _unwritable(self.journal.path, e) from None
-                elif self.c.in_transaction:
-                    # after SQLITE_FULL / an I/O error SQLite has already rolled back: a second
-                    # ROLLBACK would replace the real reason with "no transaction is active"
-                    self.c.execute("ROLLBACK")
-            finally:
-                self.lock.release()
-            if isinstance(ev, sqlite3.OperationalError):
-                raise _unwritable(self.journal.path, ev) from None
-
-    def _tx(self) -> "Journal._Tx":
-        return Journal._Tx(self)
-
-    def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        """A read, fetched whole under the process lock (no statement left open)."""
-        with _IO:
-            return self._conn().execute(sql, args).fetchall()
-
-    def _one(self, sql: str, args: tuple = ()) -> Optional[sqlite3.Row]:
-        rows = self._all(sql, args)
-        return rows[0] if rows else None
-
-    def data_version(self) -> tuple[int, int]:
-        """(PRAGMA data_version, this connection's total_changes): changes when anyone commits."""
-        with _IO:
-            c = self._conn()
-            return c.execute("PRAGMA data_version").fetchall()[0][0], c.total_changes
-
-    def close(self) -> None:
-        c = getattr(self._local, "conn", None)
-        if c is not None and self._local.pid == os.getpid():
-            with _IO:
-                c.close()
-        self._local.conn = None
 
     # -- writes: each one a committed (fsynced) transaction ---------------------------------
     def begin_txn(self, label: str, candidate_key: Optional[str], changes: list[dict[str, Any]],
@@ -289,7 +151,7 @@ class Journal:
         with self._tx() as c:
             for b in baseline:
                 c.execute("INSERT OR IGNORE INTO baseline VALUES (?,?,?,?,?)",
-                          (b["knob"], b["identity"], _dump(b["value"]), b["effect"], now))
+                          (b["knob"], b["identity"], dump(b["value"]), b["effect"], now))
             cur = c.execute(
                 "INSERT INTO txns (label, candidate_key, state, created, deadline, probation_s, pid,"
                 " updated) VALUES (?,?,'intent',?,?,?,?,?)",
@@ -299,8 +161,8 @@ class Journal:
                 c.execute(
                     "INSERT INTO changes (txn_id, seq, knob, identity, effect, before, after, state,"
                     " created) VALUES (?,?,?,?,?,?,?,'intent',?)",
-                    (txn_id, i, ch["knob"], ch["identity"], ch["effect"], _dump(ch["before"]),
-                     _dump(ch["after"]), now))
+                    (txn_id, i, ch["knob"], ch["identity"], ch["effect"], dump(ch["before"]),
+                     dump(ch["after"]), now))
         self._sync_anchor()  # before any knob is written: the anchor knows this change
         return txn_id
 
@@ -371,7 +233,7 @@ class Journal:
         with self._tx() as c:
             for b in rows:
                 c.execute("INSERT OR REPLACE INTO baseline VALUES (?,?,?,?,?)",
-                          (b["knob"], b["identity"], _dump(b["value"]), b["effect"], now))
+                          (b["knob"], b["identity"], dump(b["value"]), b["effect"], now))
             txn_id = int(c.execute(
                 "INSERT INTO txns (label, candidate_key, state, created, deadline, probation_s, pid,"
                 " reason, updated) VALUES (?,NULL,'confirmed',?,?,0,?,?,?)",
@@ -385,7 +247,7 @@ class Journal:
                 "INSERT INTO incidents (time, type, severity, xid, gpu, source, detail, data, txn_id,"
                 " knob) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (inc.time, inc.type, inc.severity, inc.xid, inc.gpu, inc.source, inc.detail,
-                 _dump(inc.data), inc.txn_id, inc.knob))
+                 dump(inc.data), inc.txn_id, inc.knob))
         inc.id = int(cur.lastrowid)
         return inc.id
 
@@ -394,75 +256,6 @@ class Journal:
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO quarantine VALUES (?,?,?,?,?)",
                       (key, reason, incident_id, txn_id, time.time()))
-
-    # -- reads ---------------------------------------------------------------------------
-    def txn(self, txn_id: int) -> Optional[dict[str, Any]]:
-        r = self._one("SELECT * FROM txns WHERE id=?", (txn_id,))
-        return dict(r) if r else None
-
-    def txn_state(self, txn_id: int) -> Optional[str]:
-        r = self._one("SELECT state FROM txns WHERE id=?", (txn_id,))
-        return r[0] if r else None
-
-    def changes(self, txn_id: int) -> list[dict[str, Any]]:
-        rows = self._all("SELECT * FROM changes WHERE txn_id=? ORDER BY seq", (txn_id,))
-        out = []
-        for r in rows:
-            d = dict(r)
-            d["before"], d["after"] = _load(d["before"]), _load(d["after"])
-            out.append(d)
-        return out
-
-    def open_txns(self) -> list[dict[str, Any]]:
-        """Transactions never confirmed nor fully rolled back (oldest first)."""
-        rows = self._all(
-            f"SELECT * FROM txns WHERE state IN ({','.join('?' * len(OPEN_TXN_STATES))}) OR"
-            f" (state='rollback_failed') ORDER BY id", OPEN_TXN_STATES)
-        return [dict(r) for r in rows]
-
-    def txns(self, limit: int = 20) -> list[dict[str, Any]]:
-        rows = self._all("SELECT * FROM txns ORDER BY id DESC LIMIT ?", (limit,))
-        return [dict(r) for r in rows]
-
-    def baseline(self) -> dict[str, dict[str, Any]]:
-        """knob -> {identity, value, effect, taken_at} (latest identity when a device changed)."""
-        out: dict[str, dict[str, Any]] = {}
-        for r in self._all("SELECT * FROM baseline ORDER BY taken_at"):
-            out[r["knob"]] = {"identity": r["identity"], "value": _load(r["value"]),
-                              "effect": r["effect"], "taken_at": r["taken_at"]}
-        return out
-
-    def baseline_for(self, knob: str, identity: str) -> tuple[bool, Any]:
-        r = self._one("SELECT value FROM baseline WHERE knob=? AND identity=?",
-                                 (knob, identity))
-        return (True, _load(r[0])) if r else (False, None)
-
-    def count_changes(self, knob: str, since: float) -> int:
-        """Changes of `knob` journalled since `since` (every intent counts: it may have reached the
-        device). Rate limits are counted from here, so they hold across restarts."""
-        r = self._one("SELECT COUNT(*) FROM changes WHERE knob=? AND created>=?",
-                                 (knob, since))
-        return int(r[0])
-
-    def incidents(self, limit: int = 20, txn_id: Optional[int] = None) -> list[dict[str, Any]]:
-        q, args = "SELECT * FROM incidents", []
-        if txn_id is not None:
-            q, args = q + " WHERE txn_id=?", [txn_id]
-        rows = self._all(q + " ORDER BY id DESC LIMIT ?", (*args, limit))
-        out = []
-        for r in rows:
-            d = dict(r)
-            d["data"] = _load(d["data"])
-            out.append(d)
-        return out
-
-    def is_quarantined(self, key: str) -> Optional[dict[str, Any]]:
-        r = self._one("SELECT rowid AS id, * FROM quarantine WHERE key=?", (key,))
-        return dict(r) if r else None
-
-    def quarantined(self) -> list[dict[str, Any]]:
-        """Every quarantined candidate, oldest first; `id` (the row id) names it for a clear."""
-        return [dict(r) for r in self._all("SELECT rowid AS id, * FROM quarantine ORDER BY time")]
 
     def clear_quarantine(self, ids: Optional[list[int]], label: str) -> list[dict[str, Any]]:
         """Lift the quarantine of these entries (all when `ids` is None) by the operator's
@@ -493,37 +286,10 @@ class Journal:
             " reason, updated) VALUES (?,NULL,'confirmed',?,?,0,?,?,?)",
             (label, now, now, os.getpid(), reason, now)).lastrowid)
 
-    def in_force(self) -> list[dict[str, Any]]:
-        """Knobs whose value may differ from their baseline: the latest change of each that was
-        not rolled back (intent, applied, confirmed or rollback_failed), where its value is not
-        the baseline's (knob, identity, value, baseline, txn)."""
-        with _IO:
-            c = self._conn()
-            base = {(r[0], r[1]): r[2] for r in
-                    c.execute("SELECT knob, identity, value FROM baseline").fetchall()}
-            # SQLite: the bare columns come from the row holding MAX(id)
-            latest = c.execute("SELECT knob, identity, after, state, txn_id, MAX(id) FROM changes"
-                               " WHERE state != 'rolled_back' GROUP BY knob, identity"
-                               " ORDER BY knob").fetchall()
-        return [{"knob": r[0], "identity": r[1], "value": _load(r[2]), "txn": r[4],
-                 "baseline": _load(base.get((r[0], r[1])))}
-                for r in latest if base.get((r[0], r[1])) != r[2]]
-
     def set_incident_action(self, incident_id: int, action: str) -> None:
         """What was done about an incident (or why nothing): `ROLLBACK_PENDING` until done."""
         with self._tx() as c:
             c.execute("UPDATE incidents SET action=? WHERE id=?", (action, incident_id))
-
-    def pending_rollbacks(self) -> list[dict[str, Any]]:
-        """Fatal incidents whose rollback is still to be done (oldest first)."""
-        rows = self._all("SELECT * FROM incidents WHERE action=? ORDER BY id", (ROLLBACK_PENDING,))
-        return [{**dict(r), "data": _load(r["data"])} for r in rows]
-
-    def last_confirmed_value(self, knob: str, identity: str) -> tuple[bool, Any]:
-        r = self._one(
-            "SELECT after FROM changes WHERE knob=? AND identity=? AND state='confirmed'"
-            " ORDER BY id DESC LIMIT 1", (knob, identity))
-        return (True, _load(r[0])) if r else (False, None)
 
 
 def damage_message(path: Path, what: str, mark: Optional[dict[str, Any]]) -> str:
@@ -556,49 +322,3 @@ def open_readonly(path: str | os.PathLike[str]) -> Optional[Journal]:
     except FileNotFoundError:
         return None
 
-
-def connect_readonly(path: str | os.PathLike[str], immutable: bool = False) -> sqlite3.Connection:
-    """A connection that never writes, not even SQLite's own files where it can help it: on a
-    read-only file system nobody can be writing, so the file is opened as immutable (a WAL
-    database would otherwise need its -shm file created)."""
-    p = Path(path).absolute()
-    immutable = immutable or bool(os.statvfs(p.parent).f_flag & os.ST_RDONLY)
-    uri = f"file:{urllib.parse.quote(str(p))}?mode=ro" + ("&immutable=1" if immutable else "")
-    return sqlite3.connect(uri, uri=True, timeout=30.0, isolation_level=None)
-
-
-def _os_reason(path: Path, e: BaseException) -> str:
-    """The operating system's words for why a write failed. SQLite says "database or disk is
-    full" or "attempt to write a readonly database"; the file system says which."""
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    try:
-        st = os.statvfs(path.parent)
-    except OSError:
-        st = None
-    code = getattr(e, "sqlite_errorname", "") or ""
-    if st is not None and st.f_flag & os.ST_RDONLY:
-        return os.strerror(errno.EROFS)
-    if code.startswith("SQLITE_FULL") or (st is not None and st.f_bavail == 0):
-        return os.strerror(errno.ENOSPC)
-    if code.startswith("SQLITE_READONLY"):
-        return os.strerror(errno.EACCES)
-    return f"{os.strerror(errno.EIO)} ({e})" if code.startswith("SQLITE_IOERR") else str(e)
-
-
-def _unwritable(path: Path, e: BaseException) -> StateUnwritable:
-    return StateUnwritable(f"{path}: cannot write: {_os_reason(path, e)}")
-
-
-class unwritable:
-    """Turn a failed write of a state file (OSError, SQLite's error) into StateUnwritable."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        if isinstance(ev, (OSError, sqlite3.OperationalError)) and not isinstance(ev, FileNotFoundError):
-            raise _unwritable(getattr(ev, "filename", None) and Path(ev.filename) or self.path, ev) from None

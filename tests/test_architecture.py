@@ -270,3 +270,28 @@ def test_module_tables_resolve(spec):
     assert importlib.util.find_spec(mod) is not None, f"{spec}: no module {mod}"
     if attr:
         assert hasattr(importlib.import_module(mod), attr), f"{spec}: {mod} has no {attr}"
+
+
+# -- small modules: no file in tuner/, kernelsearch/, safety/ over MAX_LINES ----------------------
+
+MAX_LINES = 500
+
+
+def oversized(root: Path = ROOT, limit: int = MAX_LINES) -> list[str]:
+    """`path (N lines)` for every .py file under the packages longer than `limit` lines."""
+    out = []
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            n = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
+            if n > limit:
+                out.append(f"{path.relative_to(root)} ({n} lines)")
+    return out
+
+
+def test_no_module_in_the_packages_is_over_500_lines(tmp_path):
+    """One job a module: a file past the limit is split by what its parts hold (issue 36)."""
+    root = _tree(tmp_path, {"safety/big.py": "x = 1\n" * (MAX_LINES + 1),
+                            "safety/small.py": "x = 1\n" * MAX_LINES})
+    assert oversized(root) == [f"safety/big.py ({MAX_LINES + 1} lines)"]
+    over = oversized()
+    assert not over, f"files over {MAX_LINES} lines (split them by what they hold): {over}"

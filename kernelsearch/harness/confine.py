@@ -332,6 +332,7 @@ def preload(family: str, device: str) -> None:
               "triton", "triton.language", "triton.runtime.interpreter",
               "kernelsearch.families", "kernelsearch.families.base", "kernelsearch.runtime",
               "kernelsearch.harness.judge", "kernelsearch.harness.correctness",
+              "kernelsearch.harness.random_shapes",
               "kernelsearch.harness.timing", "kernelsearch.harness.sandbox",
               "kernelsearch.harness.limits"):
         try:

@@ -1,19 +1,19 @@
 """Correctness stage: the candidate against the family's float64 reference, on fresh random
-inputs every check. Raises `Rejected(stage="correctness", ...)` at the first failure."""
+inputs every check. Raises `Rejected(stage="correctness", ...)` at the first failure. What each
+check draws is `draws`; the random shapes, `random_shapes`."""
 from __future__ import annotations
 
 import functools
 import math
-import os
 import random
 import time
 from typing import Any, Callable, Optional
 
 import torch
 
-from kernelsearch.families.base import (DISTRIBUTIONS, LAYOUTS, Family, dtype_name, dtype_of,
-                                        relayout)
+from kernelsearch.families.base import Family, dtype_name
 from kernelsearch.harness import guard, ranks, sandbox
+from kernelsearch.harness.draws import Draws, copy_into, dispatch_runs, fresh_seed, poison_value
 from kernelsearch.harness.verdict import Rejected
 
 
@@ -159,138 +159,12 @@ def _poison_pool(args) -> None:
     del blk
 
 
-GRAD_MODES = ("grad", "no_grad", "inference")
-POISONS = ("nan", "large", "zero")
-
-
 def _grad_mode(mode: str):
     if mode == "no_grad":
         return torch.no_grad()
     if mode == "inference":
         return torch.inference_mode()
     return torch.enable_grad()
-
-
-def poison_value(kind: str, dtype: str) -> float:
-    """What the judge fills a candidate's allocations with: NaN, a large finite value of the
-    dtype, or zeros (a kernel that only checks for NaN in its output buffer meets the others)."""
-    if kind == "nan":
-        return float("nan")
-    if kind == "zero":
-        return 0.0
-    return float(torch.finfo(dtype_of(dtype)).max) / 4
-
-
-def _cycle(items, rng: random.Random):
-    """Every item once per round, in one random order: cycles of coprime lengths (4
-    distributions, 3 grad modes, 5 layouts, 3 or 5 scalar values) meet in every combination."""
-    xs = list(items)
-    rng.shuffle(xs)
-    while True:
-        yield from xs
-
-
-LONGEST = ("first", "last", "middle")
-
-
-def _cycle_fixed(xs: list):
-    while True:
-        yield from xs
-
-
-def dispatch_runs(family: Family, args) -> bool:
-    """Whether `dispatch.call` would hand these arguments to a table kernel (else torch runs
-    them, and the judge need not): the family takes their shape and layout, on one device."""
-    try:
-        family.shape_of(*args)
-    except (AttributeError, IndexError, TypeError, ValueError):
-        return False
-    if family.layout_of is not None and family.layout_of(*args) != family.layout:
-        return False
-    # what dispatch._usable requires (not imported: dispatch imports the harness; a test
-    # checks that the two agree)
-    ts = [a for a in args if isinstance(a, torch.Tensor)]
-    if not ts or any(t.device != ts[0].device for t in ts):
-        return False
-    if ts[0].device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    return family.name != "decode_attention" or all(t.stride(-1) == 1 for t in ts)
-
-
-class Draws:
-    """The judge's choices for each check, cycled so every kind comes up within a few checks:
-    value distribution, scalar values, memory layouts, grad mode, poison."""
-
-    def __init__(self, family: Family, rng: random.Random):
-        self.family, self.rng = family, rng
-        self.dist = _cycle(DISTRIBUTIONS, rng)
-        # boundary shapes check which elements are read and written: values under which every
-        # one shows (uniform_wide turns attention one-hot, and a dropped token can hide)
-        self.edge_dist = _cycle(("normal", "small"), rng)
-        self.grad = _cycle(GRAD_MODES, rng)
-        self.poison = _cycle(POISONS, rng)
-        self.scalars = {i: sc.cycle(rng) for i, sc in family.scalars.items()}
-        self.layouts: dict[int, Any] = {}
-        order = list(LONGEST)
-        k = rng.randrange(len(order))
-        self.longest = _cycle_fixed(order[k:] + order[:k])
-
-    def batch_order(self, args: tuple) -> tuple:
-        """The longest sequence of a ragged batch moved to the next position of a rotation
-        (first, last, middle): no two checks in a row have it first."""
-        f = self.family
-        if f.lengths_arg is None:
-            return args
-        lens = args[f.lengths_arg]
-        B = int(lens.shape[0])
-        where = next(self.longest)
-        if B < 2:
-            return args
-        cur = int(lens.argmax())
-        to = {"first": 0, "last": B - 1, "middle": max(1, B // 2)}[where]
-        perm = list(range(B))
-        perm[cur], perm[to] = perm[to], perm[cur]
-        idx = torch.tensor(perm, device=lens.device)
-        return tuple(a.index_select(0, idx) if i in f.batch_args else a
-                     for i, a in enumerate(args))
-
-    def scalars_into(self, args: tuple) -> tuple:
-        args = list(args)
-        for i, it in self.scalars.items():
-            if i < len(args):
-                args[i] = next(it)
-        return tuple(args)
-
-    def views_of(self, args: tuple) -> tuple[tuple, list[str]]:
-        """Each tensor argument re-laid in the next layout of its own cycle, kept where
-        dispatch would still run the kernel on it (else that argument stays contiguous)."""
-        args = list(args)
-        if not dispatch_runs(self.family, args):
-            return tuple(args), []
-        kinds = []
-        for i, a in enumerate(args):
-            if not isinstance(a, torch.Tensor):
-                continue
-            kind = next(self.layouts.setdefault(i, _cycle(LAYOUTS, self.rng)))
-            if kind == "contiguous":
-                continue
-            trial = list(args)
-            trial[i] = relayout(a, kind)
-            if dispatch_runs(self.family, trial):
-                args = trial
-                kinds.append(f"arg{i}:{kind}")
-        return tuple(args), kinds
-
-
-def copy_into(args, new) -> None:
-    """New values into the same tensors (a function: no loop variable keeps `new` alive)."""
-    for a, f in zip(args, new):
-        if isinstance(a, torch.Tensor):
-            a.copy_(f)
-
-
-def _fresh_seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
 
 
 SNAPSHOT_BYTES = 256 * 2 ** 20  # inputs above this are fingerprinted, not copied
@@ -400,7 +274,7 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
     draws = Draws(family, rng)
     dist = "normal"
     args = draws.scalars_into(family.make_inputs(
-        shape, dtype, device, torch.Generator().manual_seed(_fresh_seed()), dist))
+        shape, dtype, device, torch.Generator().manual_seed(fresh_seed()), dist))
     t0 = time.perf_counter()
     runner.call(args)
     per = max(time.perf_counter() - t0, 1e-6)
@@ -416,7 +290,7 @@ def stress(runner: Runner, family: Family, dtypes: list[str], device: str, rng: 
         if i not in checked:
             runner.call(args, poison=poison, grad=grad)
             continue
-        seed = _fresh_seed()
+        seed = fresh_seed()
         fresh = family.make_inputs(shape, dtype, device, torch.Generator().manual_seed(seed),
                                    dist)
         copy_into(args, fresh)
@@ -447,7 +321,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
     memory layouts (where dispatch takes them), grad mode and poison from cycles (`Draws`);
     the repeated-call stage (`stress`, stress_calls=0: none) runs at a random point."""
     log = log if log is not None else []
-    rng = random.Random(_fresh_seed())
+    rng = random.Random(fresh_seed())
     draws = Draws(family, rng)
     ghost_done = False
     plan = [(tuple(s), d) for s in shapes for d in dtypes for _ in range(seeds)]
@@ -458,7 +332,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
         if k == len(plan):
             break
         shape, dtype = plan[k]
-        seed = _fresh_seed()
+        seed = fresh_seed()
         dist = next(draws.dist)
         poison_kind, grad = next(draws.poison), next(draws.grad)
         poison = poison_value(poison_kind, dtype)
@@ -492,7 +366,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
         log.append(f"{shape} {dtype} {dist}")
     for shape, rank in ranks.after(family, shapes, boundary):  # then every other input rank
         for dtype in dtypes:
-            seed = _fresh_seed()
+            seed = fresh_seed()
             dist = next(draws.edge_dist)
             poison_kind, grad = next(draws.poison), next(draws.grad)
             args = out = out2 = out3 = fresh = gout = None  # the previous check's tensors
@@ -514,45 +388,3 @@ def _describe(args: tuple, family: Family) -> str:
 
 def sandbox_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bit_equal(a, b)
-
-
-def random_shapes(family: Family, n: int, big: bool = False) -> list:
-    """Shapes nobody chose: odd sizes drawn fresh for every check (tiny ones for the CPU)."""
-    r = random.Random(_fresh_seed())
-    out = []
-    for _ in range(n):
-        if family.name in ("softmax", "rmsnorm", "swiglu"):
-            out.append((r.randint(1, 64 if big else 6), r.randint(1, 20000 if big else 2500)))
-        elif family.name == "matmul":
-            m = r.choice([r.randint(1, 16), r.randint(17, 700 if big else 40)])
-            out.append((m, r.randint(1, 3000 if big else 70), r.randint(1, 3000 if big else 90)))
-        elif family.name == "decode_attention":
-            hkv = r.randint(1, 8 if big else 2)
-            g = r.choice([1, 2, 4, 8])
-            out.append((r.randint(1, 4 if big else 2), hkv * g, hkv,
-                        r.randint(1, 20000 if big else 150), r.choice([64, 128] if big else [16, 32])))
-        elif family.name in ("mla_decode", "mla_sparse_decode"):
-            page = r.choice([1, 16, 64])
-            L = r.randint(1, 20000 if big else 150)
-            shape = (r.randint(1, 8 if big else 3), r.choice([16, 128] if big else [4, 16]), L,
-                     page, 1)
-            out.append(shape if family.name == "mla_decode"
-                       else shape[:4] + (r.choice([64, 2048] if big else [16, 48]), 1))
-        elif family.name == "rope":
-            out.append((r.randint(1, 300 if big else 4), r.randint(1, 140 if big else 8),
-                        2 * r.randint(1, 128 if big else 20)))
-        else:  # a family named nowhere above: from what it declares, so none goes unchecked
-            out.append(declared_random_shape(family, r, big))
-    return out
-
-
-def declared_random_shape(family: Family, r: random.Random, big: bool) -> tuple:
-    """A shape drawn from the family's own declarations: every range dim anywhere from 1 to
-    the largest it searches (the tiny shapes on the CPU), the exact (model) dims as one of its
-    shapes has them, made valid by its `fit`."""
-    shapes = list(family.search_shapes if big else family.tiny_shapes) or list(family.tiny_shapes)
-    base = r.choice(shapes)
-    top = {d: max(int(s[i]) for s in shapes) for i, d in enumerate(family.shape_dims)}
-    shape = tuple(r.randint(1, max(1, top[d])) if d in family.range_dims else int(base[i])
-                  for i, d in enumerate(family.shape_dims))
-    return tuple(family.fit(shape)) if family.fit is not None else shape

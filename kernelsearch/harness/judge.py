@@ -167,13 +167,13 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     import torch  # noqa: F401  (heavy imports only past the guard)
 
     from kernelsearch.families import get
-    from kernelsearch.harness import correctness, timing as tm
+    from kernelsearch.harness import correctness, random_shapes as drawn, timing as tm
 
     family = get(family_name)
     dtypes = list(dtypes or default_dtypes(family, device))
     shapes, edge, skipped, timed = plan_shapes(family, device, shapes, timing_shapes, claimed,
                                                timing, boundary)
-    shapes += correctness.random_shapes(family, random_shapes, big=(device == "cuda"))
+    shapes += drawn.random_shapes(family, random_shapes, big=(device == "cuda"))
     rng = random.Random(int.from_bytes(os.urandom(4), "little"))
     for r in ranges or []:
         for s in family.range_shapes(dict(r.get("match", {})), dict(r.get("ranges", {})), rng):

@@ -57,7 +57,7 @@ def _reranked(args: list, rank: int) -> Optional[list]:
 def reshape(family: Any, args: tuple, rank: Optional[int],
             runs: Callable[[Any, list], bool]) -> tuple[list, list[str]]:
     """(the arguments in `rank`, [a note naming it]) where the family takes them so for the
-    same problem; else as they are. `runs`: correctness.dispatch_runs (it imports us)."""
+    same problem; else as they are. `runs`: draws.dispatch_runs (correctness imports us)."""
     args = list(args)
     if rank is None or not args or not isinstance(args[0], torch.Tensor) \
             or args[0].dim() in (0, rank):
@@ -112,7 +112,7 @@ def inputs(family: Any, draws: Any, shape: tuple, dtype: str, device: str, seed:
            dist: str, rank: Optional[int], runs: Callable[[Any, list], bool]) -> tuple[tuple, str]:
     """One check's arguments (the judge's draws of scalars and batch order) in `rank`, and
     what the check is called in its verdict ("boundary shape", "rank 3 (3, 1, 17) of shape");
-    `runs`: correctness.dispatch_runs."""
+    `runs`: draws.dispatch_runs."""
     args = draws.batch_order(draws.scalars_into(family.make_inputs(
         tuple(shape), dtype, device, torch.Generator().manual_seed(seed), dist)))
     if rank is None:

@@ -43,10 +43,13 @@ package (0.16.x, the range transformers 5.17 accepts) a mapping from transformer
 names (`RMSNorm`, `rotary_pos_emb`) to metaltune's local layer repository
 (`kernelsearch/integrations/hub/`), and calls its `kernelize`: the same custom ops, chosen per
 shape by the same table. Requires transformers >= 5 (the attention interface with masks by
-implementation name)."""
+implementation name).
+
+Beside this module: `transformers_attention` (the "metaltune" attention implementation and
+`register`), `transformers_forwards` (the module forwards, the rotary wrapper, which modules
+qualify)."""
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import warnings
@@ -56,18 +59,19 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from kernelsearch.integrations.feedback import Feedback
+# attention and register: this module's API too (the "metaltune" implementation it registers)
+from kernelsearch.integrations.transformers_attention import (  # noqa: F401
+    ATTN, attention, register, require_transformers)
+from kernelsearch.integrations.transformers_forwards import (Forward, acquire_rope, is_mlp,
+                                                             is_rmsnorm, release_rope)
 from kernelsearch.shipped import gpu_slug, shipped_table  # noqa: F401  (this module's API too)
 
-ATTN = "metaltune"
 DEFAULT_ATTN = "sdpa"  # transformers' default: the one implementation patch replaces by itself
 log = Feedback(__name__)  # the patch line shows without any logging set up
 
 
 class NothingPatched(UserWarning):
     """`patch` (or `use_kernels`) left the model as it was; the message says why."""
-
-_rope_refs: dict[str, list] = {}  # modeling module -> [original function, patched model count]
-
 
 @dataclass
 class PatchRecord:
@@ -92,160 +96,8 @@ class PatchRecord:
         if self.replaced.get("attention") or self.rope_modules:
             register()
         if self.rope_modules:
-            _acquire_rope(self.rope_modules)
-            self.release = weakref.finalize(self, _release_rope, list(self.rope_modules))
-
-
-def _require_transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise ImportError("kernelsearch.integrations.transformers needs transformers: "
-                          "pip install 'metaltune[hf]'") from None
-    return transformers
-
-
-# -- attention ---------------------------------------------------------------------------------
-
-
-def _valid_positions(mask: Any, length: int) -> tuple[bool, Any]:
-    """(usable, valid [B or 1, L] bool or None) from transformers' mask for one query token."""
-    import torch
-
-    if mask is None:
-        return True, None
-    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[2] != 1 \
-            or mask.shape[3] != length:
-        return False, None
-    return True, mask[:, 0, 0, :]
-
-
-def _wants_weights(module: Any, kwargs: dict[str, Any]) -> bool:
-    flag = kwargs.get("output_attentions")
-    if flag is None:
-        flag = getattr(getattr(module, "config", None), "output_attentions", False)
-    return bool(flag)
-
-
-def _own_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
-                   dropout: float, scaling: Optional[float], **kwargs: Any) -> Optional[tuple[Any, Any]]:
-    """The model's own eager attention (its modeling module's `eager_attention_forward`), which
-    returns the weights; the boolean (or absent, causal) mask of the SDPA path made additive."""
-    import torch
-
-    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
-    if eager is None:
-        return None
-    S, L = query.shape[2], key.shape[2]
-    mask = attention_mask
-    if mask is None and S > 1 and getattr(module, "is_causal", True):
-        # SDPA's mask is skipped for a plain causal prefill: the queries are the last S positions
-        i = torch.arange(S, device=query.device)[:, None]
-        j = torch.arange(L, device=query.device)[None, :]
-        mask = (j <= i + (L - S))[None, None]
-    if mask is not None and mask.dtype == torch.bool:
-        mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-            ~mask, torch.finfo(query.dtype).min)
-    if scaling is None:
-        scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
-    return eager(module, query, key, value, mask, scaling=scaling, dropout=dropout, **kwargs)
-
-
-def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
-              dropout: float = 0.0, scaling: Optional[float] = None, is_causal: Optional[bool] = None,
-              **kwargs: Any) -> tuple[Any, Any]:
-    """transformers' attention-function signature: query [B, HQ, S, D], key/value [B, HKV, L, D]
-    (after the cache update: a static cache hands its whole buffer) -> ([B, S, HQ, D], None);
-    the weights too when the call asks for them (the model's own attention then)."""
-    import torch
-
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if _wants_weights(module, kwargs):
-        out = _own_attention(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
-        if out is not None:
-            return out
-    D = getattr(module, "head_dim", None)  # a plain int (shapes may be symbolic under compile)
-    if (isinstance(D, int) and query.shape[2] == 1 and not dropout
-            and kwargs.get("position_bias") is None
-            and query.shape[-1] == D and key.shape[-1] == D and value.shape[-1] == D
-            and query.shape[1] % key.shape[1] == 0
-            and (scaling is None or abs(scaling * D ** 0.5 - 1.0) < 1e-6)):
-        ok, valid = _valid_positions(attention_mask, key.shape[2])
-        if ok:
-            out = torch.ops.metaltune.decode_attention_cache(query[:, :, 0], key, value, valid)
-            return out.unsqueeze(1), None
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                  scaling=scaling, is_causal=is_causal, **kwargs)
-
-
-def register() -> None:
-    """Register `attn_implementation="metaltune"` (attention and its mask, the SDPA one), so
-    `from_pretrained(..., attn_implementation="metaltune")` works too (idempotent)."""
-    _require_transformers()
-    import kernelsearch.ops  # noqa: F401  (defines torch.ops.metaltune.*)
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(ATTN, attention)
-    AttentionMaskInterface.register(ATTN, sdpa_mask)
-
-
-# -- module forwards ---------------------------------------------------------------------------
-
-
-def _rmsnorm_forward(module: Any, hidden_states: Any) -> Any:
-    import torch
-
-    if hidden_states.dtype != module.weight.dtype:
-        return type(module).forward(module, hidden_states)  # HF promotes here: keep its op
-    eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
-    return torch.ops.metaltune.rmsnorm(hidden_states, module.weight, eps)
-
-
-def _mlp_forward(module: Any, x: Any) -> Any:
-    import torch
-
-    return module.down_proj(torch.ops.metaltune.swiglu(module.gate_proj(x), module.up_proj(x)))
-
-
-_FORWARDS = {"rmsnorm": _rmsnorm_forward, "mlp": _mlp_forward}
-
-
-class Forward:
-    """A module's replaced forward. The module is an attribute, not a closure cell: a deepcopy
-    of the model gives the copy's module its own (computing with the copy's weights), and the
-    model pickles (a module-level class, found by name)."""
-
-    def __init__(self, module: Any, kind: str) -> None:
-        self.module, self.kind = module, kind
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return _FORWARDS[self.kind](self.module, *args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<metaltune {self.kind} forward of {type(self.module).__name__}>"
-
-
-def _rope_wrapper(orig: Any) -> Any:
-    import torch
-
-    def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1,
-                             *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        if (args or kwargs or unsqueeze_dim != 1 or q.dim() != 4 or k.dim() != 4
-                or q.shape[2] != 1 or k.shape[2] != 1 or cos.dim() != 3 or cos.shape[1] != 1
-                or cos.shape[-1] != q.shape[-1] or cos.shape[0] not in (1, q.shape[0])
-                or q.dtype != k.dtype):
-            return orig(q, k, cos, sin, unsqueeze_dim, *args, **kwargs)
-        B, HQ, _, D = q.shape
-        HKV = k.shape[1]
-        x = torch.cat([q[:, :, 0], k[:, :, 0]], dim=1)  # [B, HQ + HKV, D]: one launch
-        h = D // 2  # HF's tables repeat the angles over both halves: the family takes one
-        out = torch.ops.metaltune.rope(x, cos[:, 0, :h].float(), sin[:, 0, :h].float())
-        return out[:, :HQ].unsqueeze(2), out[:, HQ:HQ + HKV].unsqueeze(2)
-
-    apply_rotary_pos_emb.__wrapped__ = orig  # type: ignore[attr-defined]
-    return apply_rotary_pos_emb
+            acquire_rope(self.rope_modules)
+            self.release = weakref.finalize(self, release_rope, list(self.rope_modules))
 
 
 # -- coverage ----------------------------------------------------------------------------------
@@ -286,69 +138,10 @@ def coverage(model: Any, table: Any) -> dict[str, bool]:
 # -- patch / unpatch ---------------------------------------------------------------------------
 
 
-def _acquire_rope(names: list[str]) -> None:
-    """One patched model more for these modeling modules; the first wraps the function."""
-    for name in names:
-        mod = importlib.import_module(name)
-        ref = _rope_refs.setdefault(name, [mod.apply_rotary_pos_emb, 0])
-        if ref[1] == 0:
-            mod.apply_rotary_pos_emb = _rope_wrapper(ref[0])
-        ref[1] += 1
-
-
-def _release_rope(names: list[str]) -> None:
-    """One patched model fewer for these modeling modules; the last restores the original."""
-    for name in names:
-        ref = _rope_refs.get(name)
-        if ref is None:
-            continue
-        ref[1] -= 1
-        if ref[1] == 0:
-            importlib.import_module(name).apply_rotary_pos_emb = ref[0]
-            del _rope_refs[name]
-
-
 def _set_forward(rec: PatchRecord, module: Any, what: str) -> None:
     rec.forwards.append((module, module.__dict__.get("forward")))
     module.forward = Forward(module, what)
     rec.replaced[what] = rec.replaced.get(what, 0) + 1
-
-
-def _is_mlp(m: Any) -> bool:
-    import torch
-
-    return (type(m).__name__.endswith("MLP") and all(
-        isinstance(getattr(m, n, None), torch.nn.Linear) for n in ("gate_proj", "up_proj", "down_proj"))
-        and (isinstance(getattr(m, "act_fn", None), torch.nn.SiLU)
-             or type(getattr(m, "act_fn", None)).__name__ == "SiLUActivation"))
-
-
-def _is_rmsnorm(m: Any) -> bool:
-    """An RMSNorm computing w * x / rms(x) (Llama, Qwen, Mistral), checked on a probe input
-    against F.rms_norm: Gemma-style (1 + w) norms and others keep their own forward."""
-    import torch
-    import torch.nn.functional as F
-
-    w = getattr(m, "weight", None)
-    if not (type(m).__name__.endswith("RMSNorm") and isinstance(w, torch.Tensor) and w.dim() == 1
-            and (hasattr(m, "variance_epsilon") or hasattr(m, "eps"))):
-        return False
-    if w.device.type == "meta":
-        return False  # not materialised yet: nothing to probe (patch after loading)
-    eps = float(getattr(m, "variance_epsilon", getattr(m, "eps", 1e-6)))
-    with torch.no_grad():
-        x = torch.randn(2, w.shape[0], device=w.device, generator=torch.Generator(
-            device=w.device).manual_seed(0)).to(w.dtype)
-        probe = w.detach().clone().uniform_(0.5, 1.5, generator=torch.Generator(
-            device=w.device).manual_seed(1))
-        saved = w.detach().clone()
-        try:
-            w.copy_(probe)  # a norm initialised to ones would hide a (1 + w) form
-            ours, theirs = F.rms_norm(x, (w.shape[0],), w, eps), type(m).forward(m, x)
-        finally:
-            w.copy_(saved)
-    return theirs.dtype == ours.dtype and torch.allclose(ours.float(), theirs.float(),
-                                                         rtol=2e-2, atol=2e-2)
 
 
 # what a table's `device` says when it names no GPU model (built in code, by a search on "cuda",
@@ -413,7 +206,7 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
     then run torch outside it): for tracing which kernel calls the model makes.
     attention: None switches transformers' default "sdpa" to "metaltune" and keeps any other
     implementation the user chose; True switches whatever it is; False never switches."""
-    _require_transformers()
+    require_transformers()
     from kernelsearch import dispatch
 
     if getattr(model, "_metaltune_patch", None) is not None:
@@ -429,9 +222,9 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
     cov = coverage(model, tbl) if only_covered else dict.fromkeys(
         ("attention", "rmsnorm", "mlp", "rope"), True)
     for m in model.modules():
-        if cov["rmsnorm"] and _is_rmsnorm(m):
+        if cov["rmsnorm"] and is_rmsnorm(m):
             _set_forward(rec, m, "rmsnorm")
-        elif cov["mlp"] and _is_mlp(m):
+        elif cov["mlp"] and is_mlp(m):
             _set_forward(rec, m, "mlp")
     if cov["rope"]:
         for m in model.modules():  # the module function the class calls (see use_kernels too)
@@ -440,11 +233,11 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
                     and callable(getattr(mod, "apply_rotary_pos_emb", None))
                     and mod.__name__ not in rec.rope_modules):
                 rec.rope_modules.append(mod.__name__)
-        _acquire_rope(rec.rope_modules)
+        acquire_rope(rec.rope_modules)
         if rec.rope_modules:
             rec.replaced["rope"] = len(rec.rope_modules)
     if rec.rope_modules:  # a patched model dropped without unpatch releases its count too
-        rec.release = weakref.finalize(rec, _release_rope, list(rec.rope_modules))
+        rec.release = weakref.finalize(rec, release_rope, list(rec.rope_modules))
     if cov["attention"]:
         prev = model.config._attn_implementation
         if prev == ATTN:
@@ -488,7 +281,7 @@ def unpatch(model: Any) -> Any:
         else:
             module.forward = prior
     if rec.release is not None and rec.release.detach() is not None:
-        _release_rope(rec.rope_modules)
+        release_rope(rec.rope_modules)
     if rec.attn_prev is not None and model.config._attn_implementation == ATTN:
         model.set_attn_implementation(rec.attn_prev)
     model._metaltune_patch = None
@@ -537,7 +330,7 @@ def use_kernels(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
     and installed as `patch` does; `unpatch` undoes it. As with `kernels` itself, a function
     layer (rotary_pos_emb) is one object shared by every model of that architecture in the
     process. Returns the model; warns (NothingPatched) when nothing was replaced."""
-    _require_transformers()
+    require_transformers()
     kernels = _kernels()
     if getattr(model, "_metaltune_patch", None) is not None:
         unpatch(model)

@@ -51,7 +51,7 @@ def test_fresh_inputs_every_check():
     """Two checks draw different inputs (nobody can precompute answers)."""
     import torch
 
-    from kernelsearch.harness.correctness import random_shapes
+    from kernelsearch.harness.random_shapes import random_shapes
 
     fam = get("softmax")
     a = random_shapes(fam, 8)

@@ -277,7 +277,7 @@ import types  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from kernelsearch.harness import guard as G  # noqa: E402
+from kernelsearch.harness import guard_allow as G  # noqa: E402
 
 ROOTS = {"torch": "torch", "triton": "triton", "tl": G.TL, "math": "math", "gl": G.GL,
          "tma": f"{G.HOPPER}.tma", "mbarrier": f"{G.HOPPER}.mbarrier", "hopper": G.HOPPER}

@@ -63,7 +63,7 @@ def test_the_judge_plans_every_rank_a_family_takes(family):
 
     from kernelsearch.families import get
     from kernelsearch.harness import ranks
-    from kernelsearch.harness.correctness import dispatch_runs
+    from kernelsearch.harness.draws import dispatch_runs
 
     fam = get(family)
     shapes = [tuple(s) for s in fam.tiny_shapes[:2]]

@@ -26,7 +26,7 @@ def toy(monkeypatch):
 
 
 def test_a_new_family_gets_random_shapes_from_its_declarations(toy):
-    from kernelsearch.harness.correctness import random_shapes
+    from kernelsearch.harness.random_shapes import random_shapes
 
     for big, shapes in ((False, toy.tiny_shapes), (True, toy.search_shapes)):
         drawn = random_shapes(toy, 20, big=big)

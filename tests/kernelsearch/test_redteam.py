@@ -382,7 +382,7 @@ def test_judge_views_follow_what_dispatch_runs():
     from kernelsearch import dispatch
     from kernelsearch.families import get
     from kernelsearch.families.base import LAYOUTS, relayout
-    from kernelsearch.harness.correctness import dispatch_runs
+    from kernelsearch.harness.draws import dispatch_runs
 
     seen = set()
     for name in ("softmax", "rmsnorm", "decode_attention", "mla_decode", "mla_sparse_decode"):

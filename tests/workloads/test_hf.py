@@ -60,7 +60,7 @@ def test_measure_checks_the_patch_then_times_every_size(interp):
 
 
 def test_a_wrong_replacement_fails_the_check_before_timing(interp, monkeypatch):
-    from kernelsearch.integrations import transformers as mt
+    from kernelsearch.integrations import transformers_forwards
     from tuner.errors import WorkloadFailed
 
     def no_up(module, x):  # a plausible bug: the MLP without its up projection
@@ -68,7 +68,7 @@ def test_a_wrong_replacement_fails_the_check_before_timing(interp, monkeypatch):
 
         return module.down_proj(torch.ops.metaltune.swiglu(module.gate_proj(x), module.gate_proj(x)))
 
-    monkeypatch.setitem(mt._FORWARDS, "mlp", no_up)
+    monkeypatch.setitem(transformers_forwards.FORWARDS, "mlp", no_up)
     wl = HFWorkload("hf:tiny-llama:layers=1", contexts=[16], decode_steps=1)
     dispatch.install(covering_table(wl.model.config))
     with pytest.raises(WorkloadFailed, match="patched outputs differ"):
