@@ -25,7 +25,7 @@ from typing import Any, Optional
 from tuner import ops
 from tuner.daemon import check, health, logs, schedule
 from tuner.daemon.active_profile import ActiveProfile
-from tuner.daemon.client import NO_DAEMON_ENV
+from tuner.ops.settings import NO_DAEMON_ENV
 from tuner.daemon.config import DaemonConfig, load
 from tuner.daemon.incidents import IncidentQueue
 from tuner.daemon.journal_ref import JournalRef
@@ -205,7 +205,7 @@ class Daemon:
         canary's incident log."""
         from safety.monitors import standard
 
-        from tuner.daemon.kernel_canary import KernelCanaryMonitor
+        from kernelsearch.canary_reader import KernelCanaryMonitor
 
         nvml = self.host.nvml if self.host.has_nvml() else None
         ms = standard(nvml=nvml, root=self.host.root if self.host.backend == "sim" else "/")

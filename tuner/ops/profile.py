@@ -322,7 +322,7 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
 def _monitors(host: Any, knobs: dict[str, Any], state_dir: Any = None) -> list[Any]:
     from safety import monitors as mon
 
-    from tuner.daemon.kernel_canary import KernelCanaryMonitor
+    from kernelsearch.canary_reader import KernelCanaryMonitor
 
     try:
         nv = host.nvml if host.has_nvml() else None

@@ -38,7 +38,7 @@ def host_monitors(host: Any, canary: Any = None, state_dir: Optional[Path] = Non
     nvml = host.nvml if host.has_nvml() else None
     ms = monitors.standard(nvml=nvml, root=host.path("/"), canary=canary)
     if state_dir is not None:
-        from tuner.daemon.kernel_canary import KernelCanaryMonitor
+        from kernelsearch.canary_reader import KernelCanaryMonitor
 
         ms.append(KernelCanaryMonitor(state_dir))
     return ms
