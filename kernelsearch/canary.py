@@ -23,7 +23,7 @@ line appended to the incident log, `<store>/../canary.jsonl` (STATE_DIR/kernels/
 the store metaltune's apply and searches use), or KERNELSEARCH_CANARY_LOG. kernelsearch knows no
 journal: metaltune's daemon (and the health monitors of an apply's probation) read that file and
 journal each line as a `canary_kernel` incident against the kernel table change in force
-(`tuner.daemon.kernel_canary`). A process that cannot write it (a read-only state dir) logs why.
+(`kernelsearch.canary_reader`). A process that cannot write it (a read-only state dir) logs why.
 
 Settings (the model process's environment): KERNELSEARCH_CANARY_RATE, the fraction of calls
 replayed (default 1/1024; 0 leaves only the first call and the schedule); KERNELSEARCH_CANARY_

@@ -1,11 +1,16 @@
 """The layering DESIGN.md promises, read from the project's own source with `ast`:
 
 - no import cycle between project modules (function-level imports count: a cycle that only
-  closes inside a function is still two modules that cannot be understood apart);
+  closes inside a function is still two modules that cannot be understood apart; so do imports
+  under `if TYPE_CHECKING:`: they never run, but a cycle through them is still two modules that
+  cannot be understood apart, and a protocol in a module both import breaks it);
 - `safety/` and `kernelsearch/` import nothing from `tuner` (they stand alone);
-- nothing outside `tuner/cli/` imports the CLI (the entry point `tuner/__main__.py` aside).
+- the floors at the top: nothing outside `tuner/cli/` imports the CLI (the entry point
+  `tuner/__main__.py` aside), and nothing outside `tuner/daemon/` imports the daemon but the CLI
+  that drives it (an operation, a search or a monitor that needs something of the daemon's has
+  it moved down beside its own floor, and the daemon imports it from there).
 
-Imports under `if TYPE_CHECKING:` never run and are left out; relative imports are resolved.
+Relative imports are resolved.
 Dynamic imports (`importlib.import_module` of a name from a table) are not seen here; the tables
 themselves fail loudly on a stale name (tests/test_architecture.py::test_module_tables_resolve).
 """
@@ -23,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tuner", "safety", "kernelsearch")
 #: the one module above the CLI: `python -m tuner`
 CLI_ENTRY_POINTS = {"tuner.__main__"}
+#: the floors at the top, highest first: each may import those below it, none those above
+TOP_FLOORS = ("tuner.cli", "tuner.daemon")
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -36,22 +43,11 @@ def project_modules(root: Path = ROOT) -> dict[str, Path]:
     return {module_name(root, p): p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth, except those under `if TYPE_CHECKING:`."""
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
+    """Every import statement, at any depth (under `if TYPE_CHECKING:` too)."""
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend(node.orelse)
-            continue
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def imports_of(name: str, path: Path, modules: set[str]) -> list[tuple[str, int]]:
@@ -165,6 +161,14 @@ def _cycle_path(comp: list[str], graph: dict[str, set[str]]) -> list[str]:
         seen.add(fresh[0])
 
 
+def _floor(m: str) -> int | None:
+    """The index in TOP_FLOORS of the floor module `m` is on (None: below them all)."""
+    for i, f in enumerate(TOP_FLOORS):
+        if m == f or m.startswith(f + "."):
+            return i
+    return None
+
+
 def violations(root: Path = ROOT) -> list[str]:
     graph, where = import_graph(root)
     problems: list[str] = []
@@ -182,6 +186,10 @@ def violations(root: Path = ROOT) -> list[str]:
             if (d == "tuner.cli" or d.startswith("tuner.cli.")) and not (
                     m == "tuner.cli" or m.startswith("tuner.cli.") or m in CLI_ENTRY_POINTS):
                 problems.append(f"{m} imports {d} ({where[(m, d)]}): only the CLI imports the CLI")
+            elif (up := _floor(d)) is not None and m not in CLI_ENTRY_POINTS and (
+                    (mine := _floor(m)) is None or mine > up):
+                problems.append(f"{m} imports {d} ({where[(m, d)]}): {TOP_FLOORS[up]} is a floor "
+                                f"above it (only {' and '.join(TOP_FLOORS[:up + 1])} import it)")
     return problems
 
 
@@ -217,17 +225,17 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_a_cycle_closed_inside_a_function_through_a_relative_import_is_found(tmp_path):
     root = _tree(tmp_path, {
-        "tuner/ops/__init__.py": "def invoke():\n    from tuner.daemon.client import try_call\n",
-        "tuner/daemon/client.py": "def socket_path():\n    from ..ops import run_dir\n",
+        "tuner/ops/__init__.py": "def invoke():\n    from tuner.search.loop import run\n",
+        "tuner/search/loop.py": "def run():\n    from ..ops import get\n",
     })
     (msg,) = violations(root)
-    assert "import cycle among tuner.daemon.client, tuner.ops" in msg
-    assert "tuner/daemon/client.py:2" in msg
+    assert "import cycle among tuner.ops, tuner.search.loop" in msg
+    assert "tuner/search/loop.py:2" in msg
 
 
-def test_type_checking_imports_and_plain_downward_imports_are_not_cycles(tmp_path):
+def test_plain_downward_imports_are_not_cycles(tmp_path):
     root = _tree(tmp_path, {
-        "tuner/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tuner import b\n",
+        "tuner/a.py": "from typing import Any\n",
         "tuner/b.py": "import tuner.a\nfrom . import a\n",
     })
     assert violations(root) == []
@@ -295,3 +303,38 @@ def test_no_module_in_the_packages_is_over_500_lines(tmp_path):
     assert oversized(root) == [f"safety/big.py ({MAX_LINES + 1} lines)"]
     over = oversized()
     assert not over, f"files over {MAX_LINES} lines (split them by what they hold): {over}"
+
+
+# -- TYPE_CHECKING cycles and the daemon's floor (issue 36) ----------------------------------------
+
+def test_a_cycle_closed_only_under_type_checking_is_found(tmp_path):
+    root = _tree(tmp_path, {
+        "tuner/workloads/llama.py": "from tuner.workloads.llama_ops import Ops\n",
+        "tuner/workloads/llama_ops.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                         "    from tuner.workloads.llama import Runtime\n"),
+    })
+    (msg,) = violations(root)
+    assert "import cycle among tuner.workloads.llama, tuner.workloads.llama_ops" in msg
+    assert "tuner/workloads/llama_ops.py:3" in msg
+
+
+def test_a_lower_floor_importing_the_daemon_is_found(tmp_path):
+    root = _tree(tmp_path, {
+        "tuner/daemon/kernel_canary.py": "", "tuner/daemon/client.py": "X = 1\n",
+        "tuner/ops/profile.py": "def monitors():\n    from tuner.daemon.kernel_canary import M\n",
+        "tuner/ops/probation.py": "from ..daemon.client import X\n",
+        "kernelsearch/reader.py": "import tuner.daemon.client\n",
+        # downward and within the floors: allowed
+        "tuner/daemon/service.py": "from tuner.ops import profile\nfrom . import client\n",
+        "tuner/cli/apply_cmd.py": "from tuner.daemon.client import X\n",
+        "tuner/__main__.py": "import tuner.daemon.client\n",
+    })
+    got = violations(root)
+    assert sorted(g.split(" (")[0] for g in got) == [
+        # twice: kernelsearch imports no tuner, and nothing below the daemon imports it
+        "kernelsearch.reader imports tuner.daemon.client",
+        "kernelsearch.reader imports tuner.daemon.client",
+        "tuner.ops.probation imports tuner.daemon.client",
+        "tuner.ops.profile imports tuner.daemon.kernel_canary"], got
+    assert any("tuner/ops/profile.py:2" in g and "only tuner.cli and tuner.daemon import it" in g
+               for g in got), got

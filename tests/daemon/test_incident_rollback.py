@@ -117,7 +117,7 @@ def test_an_xid_during_a_write_in_flight_is_rolled_back_once_the_write_lands(
 def daemon_in_process(tmp_path, sim_host, monkeypatch):
     """The daemon's own object on the simulated host, its loop driven by the test (one health
     tick at a time), so the writer can be held exactly when the incident arrives."""
-    from tuner.daemon.client import NO_DAEMON_ENV
+    from tuner.ops.settings import NO_DAEMON_ENV
     from tuner.daemon.config import load
     from tuner.daemon.service import Daemon
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelsearch import canary
-from tuner.daemon.kernel_canary import KernelCanaryMonitor
+from kernelsearch.canary_reader import KernelCanaryMonitor
 
 SHA = "ab" * 32
 

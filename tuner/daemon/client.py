@@ -20,9 +20,7 @@ from typing import Any
 
 from tuner import errors
 from tuner.errors import MetaltuneError, OperationFailed
-
-#: set inside the daemon (and inherited by its children) so operations never call back into it
-NO_DAEMON_ENV = "METALTUNE_NO_DAEMON"
+from tuner.ops.settings import NO_DAEMON_ENV
 BUSY_RETRY_S = 10.0
 
 

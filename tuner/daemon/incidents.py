@@ -15,7 +15,7 @@ from tuner.daemon import logs
 from tuner.daemon.journal_ref import JournalRef
 from tuner.pids import alive
 
-KERNEL_CANARY = "canary_kernel"  # tuner.daemon.kernel_canary.TYPE
+KERNEL_CANARY = "canary_kernel"  # kernelsearch.canary_reader.TYPE
 KERNEL_TABLE = "kernels.table"  # tuner.knobs.kernels.NAME
 
 #: an incident seen again within this many seconds (another monitor, the transaction's own

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from safety import pychild
 from tuner.daemon import logs, schedule
-from tuner.daemon.client import NO_DAEMON_ENV
+from tuner.ops.settings import NO_DAEMON_ENV
 from tuner.errors import MetaltuneError, OperationFailed
 
 #: searches never run inside the daemon: a child process gets the writer lock for the run

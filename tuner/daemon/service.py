@@ -25,7 +25,7 @@ from typing import Any, Optional
 from tuner import ops
 from tuner.daemon import check, health, logs, schedule
 from tuner.daemon.active_profile import ActiveProfile
-from tuner.daemon.client import NO_DAEMON_ENV
+from tuner.ops.settings import NO_DAEMON_ENV
 from tuner.daemon.config import DaemonConfig, load
 from tuner.daemon.incidents import IncidentQueue
 from tuner.daemon.journal_ref import JournalRef
@@ -203,15 +203,13 @@ class Daemon:
         """safety's standard health monitors for this host: NVML Xid events, ECC, PCIe replay,
         clock events, temperature, the kernel log's Xid lines and AER counters, and the kernel
         canary's incident log."""
-        from safety.monitors import standard
+        from tuner.search.safety_context import host_monitors
 
-        from tuner.daemon.kernel_canary import KernelCanaryMonitor
-
-        nvml = self.host.nvml if self.host.has_nvml() else None
-        ms = standard(nvml=nvml, root=self.host.root if self.host.backend == "sim" else "/")
-        # the kernel canary's incidents from model processes (STATE_DIR/kernels/canary.jsonl)
-        ms.append(KernelCanaryMonitor(self.cfg.state_dir, cursor=True))
-        logs.log("monitors", names=[getattr(m, "name", type(m).__name__) for m in ms], nvml=nvml is not None)
+        # the kernel canary's incidents from model processes (STATE_DIR/kernels/canary.jsonl),
+        # read on from the cursor: lines written while the daemon was down are journalled too
+        ms = host_monitors(self.host, state_dir=self.cfg.state_dir, cursor=True)
+        logs.log("monitors", names=[getattr(m, "name", type(m).__name__) for m in ms],
+                 nvml=any(getattr(m, "nvml", None) is not None for m in ms))
         return ms
 
     def _serve(self) -> None:

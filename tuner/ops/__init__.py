@@ -12,7 +12,8 @@ import importlib
 from tuner.ops.registry import OPS, READS, OpFunc
 
 #: modules that register operations on import (kept lazy: importing them must stay cheap)
-OP_MODULES = ["tuner.ops.safety", "tuner.ops.profile", "tuner.ops.trials", "tuner.ops.search"]
+OP_MODULES = ["tuner.ops.safety", "tuner.ops.profile", "tuner.ops.apply", "tuner.ops.trials",
+              "tuner.ops.search"]
 
 
 def _load() -> None:

@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from tuner.ops.settings import NO_DAEMON_ENV
+
 POLL_S = 0.25
 
 
@@ -50,8 +52,6 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
     background is a child process in its own session (it outlives this command and is the
     transaction's caller, so its watchdog stays armed); inside the daemon, which outlives the
     request, a thread."""
-    from tuner.daemon.client import NO_DAEMON_ENV
-
     if os.environ.get(NO_DAEMON_ENV):
         return _in_thread(body)
     r, w = os.pipe()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-#: the policy `apply` uses when it exists instead of the shipped default (tuner.ops.profile)
+#: the policy `apply` uses when it exists instead of the shipped default (tuner.ops.apply)
 ETC_POLICY = Path("/etc/metaltune/policy.yaml")
 
 

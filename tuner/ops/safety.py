@@ -94,7 +94,7 @@ def status(settings: Any, incidents: Count = 10) -> dict[str, Any]:
                 "active_profile": active_profile(j), "staged": staged(knobs)}
 
 
-#: the label an applied profile's transaction carries (tuner.ops.profile), read back by status
+#: the label an applied profile's transaction carries (tuner.ops.apply), read back by status
 from tuner.ops.hints import APPLY_LABEL  # noqa: E402  (re-exported: the CLI and the daemon use it)
 #: operator resets after which no profile is in force any more
 _RESETS = ("rollback to baseline", "recover --from-defaults", "baseline")

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+#: set inside the daemon (and inherited by its children) so operations run in this process and
+#: never call back into it (tuner.daemon.client.try_call; tuner.ops.probation.detach: a thread)
+NO_DAEMON_ENV = "METALTUNE_NO_DAEMON"
+
 
 @dataclass
 class Settings:

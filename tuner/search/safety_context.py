@@ -30,17 +30,24 @@ def load_policy(policy: Any) -> Any:
     return policy
 
 
-def host_monitors(host: Any, canary: Any = None, state_dir: Optional[Path] = None) -> list[Any]:
-    """safety's standard monitors, and with `state_dir` the kernel canary's incident log
-    (a model process's kernel computing wrong during a probation rolls the change back)."""
+def host_monitors(host: Any, canary: Any = None, state_dir: Optional[Path] = None,
+                  bdfs: Optional[list[str]] = None, cursor: bool = False) -> list[Any]:
+    """safety's standard monitors for this host: NVML's (Xid events, ECC, PCIe replay, clock
+    events, temperature) when it has NVML, the kernel log's Xid lines and the AER counters (of
+    `bdfs`, or every device) under its root, `canary`; with `state_dir` the kernel canary's
+    incident log (a model process's kernel computing wrong during a probation rolls the change
+    back; `cursor`: the daemon's, which reads on from where it stopped). The one place a
+    search, an apply's probation and the daemon build them."""
+    from kernelsearch.canary_reader import KernelCanaryMonitor
     from safety import monitors
 
-    nvml = host.nvml if host.has_nvml() else None
-    ms = monitors.standard(nvml=nvml, root=host.path("/"), canary=canary)
+    try:
+        nvml = host.nvml if host.has_nvml() else None
+    except Exception:  # no NVML binding here (pynvml not installed): kernel log and AER only
+        nvml = None
+    ms = monitors.standard(nvml=nvml, root=host.path("/"), bdfs=bdfs, canary=canary)
     if state_dir is not None:
-        from tuner.daemon.kernel_canary import KernelCanaryMonitor
-
-        ms.append(KernelCanaryMonitor(state_dir))
+        ms.append(KernelCanaryMonitor(state_dir, cursor=cursor))
     return ms
 
 

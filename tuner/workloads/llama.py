@@ -26,8 +26,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional, Sequence
 
-from tuner.workloads.holistic import (GridDefaults, HolisticWorkload, Presets, RuntimeSettings,
-                                      auto_device, size_grid)
+from tuner.workloads.holistic import GridDefaults, HolisticWorkload, Presets, auto_device, size_grid
 from tuner.workloads.llama_ops import Ops, apply_rope
 from tuner.workloads.llama_runners import Bench, DecodeRunner, PrefillRunner, check
 # where tests and benchmarks import them from (the model's module)
@@ -35,6 +34,7 @@ from tuner.workloads.holistic import SizeGrid, _sync, size_key  # noqa: F401
 from tuner.workloads.llama_ops import load_dispatch, split_kv_attention  # noqa: F401
 from tuner.workloads.llama_runners import (compiled, default_tolerance, rel_err,  # noqa: F401
                                            table_row)
+from tuner.workloads.llama_runtime import Runtime
 
 # -- configuration -----------------------------------------------------------------------------
 
@@ -80,53 +80,12 @@ PRESETS: dict[str, LlamaConfig] = {
 LlamaConfig.PRESETS = PRESETS
 
 
-@dataclass
-class Runtime(RuntimeSettings):
-    """A candidate's runtime settings (Candidate.runtime)."""
-
-    cuda_graphs: bool = True
-    # batch sizes captured as graphs (vLLM's cudagraph_capture_sizes); None: every batch
-    graph_capture_sizes: Optional[list[int]] = None
-    # contexts above this run eagerly (vLLM's max_seq_len_to_capture); None: no limit
-    max_ctx_to_capture: Optional[int] = None
-    use_dispatch: bool = True  # route hot ops through kernelsearch.dispatch
-    attn_impl: str = "sdpa"  # "sdpa" | "split_kv" (flash-decoding style, kv_split per chunk)
-    kv_split: int = 256
-    fuse_projections: bool = False  # one QKV matmul (and gate|up at decode sizes)
-    compile_mode: Optional[str] = None  # torch.compile mode, e.g. "max-autotune" (benchmarks)
-    emulate_launch_us: float = 0.0  # CPU only, see the module docstring
-    emulate_capture_us: float = 0.0
-
-    @classmethod
-    def from_dict(cls, d: Optional[Mapping[str, Any]]) -> "Runtime":
-        rt = cls(**cls.known(d))
-        if rt.attn_impl not in ("sdpa", "split_kv"):
-            raise ValueError(f"runtime.attn_impl: expected 'sdpa' or 'split_kv', got {rt.attn_impl!r}")
-        if int(rt.kv_split) < 1:
-            raise ValueError(f"runtime.kv_split: expected a positive integer, got {rt.kv_split!r}")
-        return rt
-
-    def inductor_graphs(self) -> bool:
-        """torch.compile modes that capture their own CUDA graphs (cudagraph trees)."""
-        return self.compile_mode in ("reduce-overhead", "max-autotune")
-
-    def graphs_for(self, batch: int, ctx: int) -> bool:
-        """Whether this runner captures the decode step as a CUDA graph itself (a compiled
-        step without inductor's own graphs is captured like an eager one, as vLLM does)."""
-        if not self.cuda_graphs or self.inductor_graphs():
-            return False
-        if self.graph_capture_sizes is not None and batch not in self.graph_capture_sizes:
-            return False
-        return self.max_ctx_to_capture is None or ctx <= self.max_ctx_to_capture
-
-
 #: what a mixed search may change in the Llama workload (Runtime's fields, a few values each)
 RUNTIME_DIMS: dict[str, list[Any]] = {
     "cuda_graphs": [True, False],
     "fuse_projections": [False, True],
     "attn_impl": ["sdpa", "split_kv"],
 }
-
 
 
 # -- the model ---------------------------------------------------------------------------------

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from tuner.workloads.llama import Runtime
+from tuner.workloads.llama_runtime import Runtime
 
 
 def apply_rope(x: Any, cos: Any, sin: Any) -> Any:

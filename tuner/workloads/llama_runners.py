@@ -6,14 +6,12 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tuner.workloads.holistic import SizeGrid, _sync, _Timer, time_sizes
 from tuner.workloads.llama_ops import Ops, _spin
+from tuner.workloads.llama_runtime import DecoderModel, Runtime
 from tuner.workloads.stats import geomean, rel_spread
-
-if TYPE_CHECKING:
-    from tuner.workloads.llama import Llama, Runtime
 
 # -- runners: one (kind, batch, ctx) under one runtime -----------------------------------------
 
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
 _COMPILED: dict[tuple[int, str, str], Callable[..., Any]] = {}
 
 
-def compiled(model: Llama, runtime: Runtime, kind: str, dispatch: Any = None) -> Callable[..., Any]:
+def compiled(model: DecoderModel, runtime: Runtime, kind: str, dispatch: Any = None) -> Callable[..., Any]:
     """One torch.compile'd step per (model, runtime, kind), shared by every size: the first
     size compiles it, the second recompiles it with dynamic shapes (dynamo's automatic dynamic),
     later sizes reuse that. Each call starts a new cudagraph-tree step."""
@@ -81,7 +79,7 @@ class DecodeRunner:
     Prepare once (cache, warm-up, graph capture or compile); `step()` runs one token per sequence.
     Each step rewrites the same cache slot, so timings are steady and memory stays fixed."""
 
-    def __init__(self, model: Llama, runtime: Runtime, batch: int, ctx: int,
+    def __init__(self, model: DecoderModel, runtime: Runtime, batch: int, ctx: int,
                  cache: Optional[list[tuple[Any, Any]]] = None, dispatch: Any = None, seed: int = 0):
         import torch
 
@@ -151,7 +149,7 @@ class DecodeRunner:
 
 
 class PrefillRunner:
-    def __init__(self, model: Llama, runtime: Runtime, batch: int, ctx: int,
+    def __init__(self, model: DecoderModel, runtime: Runtime, batch: int, ctx: int,
                  cache: Optional[list[tuple[Any, Any]]] = None, dispatch: Any = None, seed: int = 0):
         import torch
 
@@ -204,7 +202,7 @@ def default_tolerance(dtype: str) -> float:
     return 2e-2 if dtype in ("bfloat16", "float16") else 1e-4
 
 
-def check(model: Llama, runtime: Runtime, dispatch: Any = None, batch: int = 2, ctx: int = 64,
+def check(model: DecoderModel, runtime: Runtime, dispatch: Any = None, batch: int = 2, ctx: int = 64,
           tol: Optional[float] = None, seed: int = 3) -> dict[str, Any]:
     """Outputs of the candidate path (dispatch + runtime settings) against the plain torch path
     (no dispatch, plain attention, unfused) on the same weights and fresh random inputs:
@@ -240,7 +238,7 @@ class Bench:
     KV caches are shared between runtimes (keyed by batch and length) and runners (graphs,
     compiled functions) are kept per runtime, so A/B alternation re-captures nothing."""
 
-    def __init__(self, model: Llama, grid: SizeGrid, dispatch: Any = None):
+    def __init__(self, model: DecoderModel, grid: SizeGrid, dispatch: Any = None):
         self.model, self.grid, self.dispatch = model, grid, dispatch
         self._caches: dict[tuple[str, int, int], list[tuple[Any, Any]]] = {}
         self._runners: dict[tuple[str, str, int, int], Any] = {}

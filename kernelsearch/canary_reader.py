@@ -1,8 +1,8 @@
-"""The kernel canary's incidents into the safety journal.
+"""The kernel canary's incident log read back as safety incidents, for a journal to take.
 
 A model process's kernel canary (`kernelsearch.canary`) that catches an installed kernel
 computing wrong removes its entry, quarantines its source and appends one JSON line to
-STATE_DIR/kernels/canary.jsonl; kernelsearch knows no journal. This monitor reads those lines
+STATE_DIR/kernels/canary.jsonl; the canary knows no journal. This monitor reads those lines
 (untrusted input: the model may run as anyone that can write there; each line is bounded and
 validated) and turns each into a fatal `canary_kernel` incident naming the source digest,
 family, variant, shape and error, so the safety layer's normal handling applies: the daemon's
@@ -31,15 +31,14 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernelsearch.canary import LOG_NAME, MAX_LINE
 from safety.incident import Incident
 from safety.monitors.base import Monitor
 
 log = logging.getLogger("metaltune.kernel_canary")
 
 TYPE = "canary_kernel"
-LOG_NAME = "canary.jsonl"  # kernelsearch.canary.LOG_NAME
 CURSOR_NAME = "canary.cursor"
-MAX_LINE = 16 << 10  # kernelsearch.canary.MAX_LINE
 MAX_READ = 1 << 20  # per poll: a flood of lines is read over several ticks
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
