@@ -121,6 +121,13 @@ class _Decode:
     def kernel_variants(self):
         return None
 
+    runs_stored_sources = False
+
+    def install_table(self, table, store_dir=None):
+        from tuner.workloads.base import install_here
+
+        install_here(self, table, store_dir)
+
     def dispatch_changed(self):
         pass
 

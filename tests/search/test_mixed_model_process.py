@@ -114,14 +114,14 @@ def test_a_model_process_that_crashes_or_hangs_is_a_named_trial_and_the_search_g
     from tests.search.helpers import Scripted
     from tuner.host import open_host
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.run import build_evaluator, make_mixed_workload
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
     from tuner.trial import Candidate
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     host = open_host("sim", root)
-    wl = model_workload(host, "sim-llama", "sim-llama", 60.0)
+    wl = make_mixed_workload(host, "sim-llama", None, 60.0)
     wl.llama.grace_s = 2.0  # a stopped process is given up on 2 s after the measure's timeout
     real = wl.measure
     pids: dict[str, int] = {}
@@ -200,7 +200,7 @@ def test_a_source_caught_computing_wrong_in_the_model_process_is_quarantined_in_
     from kernelsearch.store import SourceStore, environment
     from tuner.host import open_host
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.run import build_evaluator, make_mixed_workload
     from tuner.search.mixed.space import kernel_slots, label, stored_sources
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
@@ -212,7 +212,7 @@ def test_a_source_caught_computing_wrong_in_the_model_process_is_quarantined_in_
                     {"verdict": "accepted", "code": "accepted"}, env=environment("cpu")).sha256
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     host = open_host("sim", root)
-    wl = model_workload(host, "sim-llama", "sim-llama", 600.0)
+    wl = make_mixed_workload(host, "sim-llama", None, 600.0)
     slots = kernel_slots(wl.kernel_calls(), ["rmsnorm"], max_choices=3,
                          sources=stored_sources(store))
     slot = next(s for s in slots if s.shape == (1, 64))

@@ -66,7 +66,7 @@ def test_the_incumbent_is_never_measured_where_a_candidate_source_was_imported(t
     from tests.search.helpers import Scripted
     from tuner.host import open_host
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.run import build_evaluator, make_mixed_workload
     from tuner.search.mixed.space import kernel_slots, label, stored_sources
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
@@ -75,7 +75,7 @@ def test_the_incumbent_is_never_measured_where_a_candidate_source_was_imported(t
     ((sha, module),) = _stored(tmp_path / "state" / "kernels" / "sources", 1)
     store = SourceStore(tmp_path / "state" / "kernels" / "sources")
     host = open_host("sim", init_host(tmp_path / "h200", "h200", seed=2, os_tree=False))
-    wl = model_workload(host, "sim-llama", "sim-llama", 600.0)
+    wl = make_mixed_workload(host, "sim-llama", None, 600.0)
     named: list[list[str]] = [[]]  # the sources of the table installed last
     seen: list[tuple[list[str], int, list[str]]] = []  # (its sources, pid, modules there)
     real_install, real_measure = wl.llama.install_table, wl.llama.measure

@@ -295,7 +295,7 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
     from tuner.host import open_host
     from tests.search.helpers import Scripted, record_model_stats
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.run import build_evaluator, make_mixed_workload
     from tuner.search.mixed.space import kernel_slots, label, stored_sources
     from tuner.search.safety_context import SafetyContext
     from tuner.sim.llama_host import SimHostLlamaWorkload
@@ -310,7 +310,7 @@ def test_a_stored_source_is_a_slot_choice_judged_and_run_from_the_store(tmp_path
 
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     host = open_host("sim", root)
-    wl = model_workload(host, "sim-llama", "sim-llama", 600.0)
+    wl = make_mixed_workload(host, "sim-llama", None, 600.0)
     slots = kernel_slots(wl.kernel_calls(), ["rmsnorm"], max_choices=3,
                          sources=stored_sources(store))
     slot = next(s for s in slots if s.shape == (1, 64))

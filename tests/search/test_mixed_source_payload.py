@@ -28,7 +28,7 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
     from tests.search.helpers import Scripted, record_model_stats
     from tuner.host import open_host
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.run import build_evaluator, make_mixed_workload
     from tuner.search.mixed.space import kernel_slots, label, stored_sources
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
@@ -44,7 +44,7 @@ def test_an_annotation_payload_in_a_stored_source_never_runs_in_the_search(tmp_p
     sha = store.put("rmsnorm", src, good["config"], {"verdict": "accepted", "code": "accepted"},
                     env=environment("cpu")).sha256
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
-    wl = model_workload(open_host("sim", root), "sim-llama", "sim-llama", 600.0)
+    wl = make_mixed_workload(open_host("sim", root), "sim-llama", None, 600.0)
     slots = kernel_slots(wl.kernel_calls(), ["rmsnorm"], max_choices=3,
                          sources=stored_sources(store))
     slot = next(s for s in slots if s.shape == (1, 64))

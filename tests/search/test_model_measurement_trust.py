@@ -37,7 +37,7 @@ def test_a_model_process_forging_its_tokens_per_s_is_untrusted_not_kept(tmp_path
     from tests.simhelpers import REPO
     from tuner.host import open_host
     from tuner.search import loop
-    from tuner.search.mixed.run import build_evaluator, model_workload
+    from tuner.search.mixed.run import build_evaluator, make_mixed_workload
     from tuner.search.safety_context import SafetyContext
     from tuner.search.store import TrialStore
     from tuner.trial import Candidate
@@ -49,7 +49,7 @@ def test_a_model_process_forging_its_tokens_per_s_is_untrusted_not_kept(tmp_path
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(REPO)]))
         root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
         host = open_host("sim", root)
-        wl = model_workload(host, "sim-llama", "sim-llama", 60.0)
+        wl = make_mixed_workload(host, "sim-llama", None, 60.0)
         guard = SafetyContext(host, tmp_path / "state", policy=POLICY)
         try:
             ev = build_evaluator({}, wl, guard, {"fuse_projections": [False, True],

@@ -1,7 +1,10 @@
-"""`metaltune kernel check|families` and `metaltune search kernel`.
+"""`metaltune kernel check|families|list|show` and `metaltune search kernel`.
 
-torch/triton are imported inside the commands (the CLI starts without them); candidates are
-judged in a child process by kernelsearch's harness."""
+`search kernel` runs the "search_kernel" operation through `tuner.cli.common.invoke` (the daemon
+when one runs, else this process), checked by its options model (tuner.search.options) as the
+socket's arguments are. `kernel check` judges a file of the caller's in this process (the
+judge's child runs it); the others read. torch/triton are imported inside the commands (the CLI
+starts without them)."""
 from __future__ import annotations
 
 import json
@@ -11,21 +14,24 @@ from typing import Optional
 
 import typer
 
-from tuner.cli.common import live_help, settings
+from tuner.cli.common import invoke, live_help, settings
 from tuner.cli.numbers import finite
 from tuner.errors import BadInput
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families and stored kernels.",
                          no_args_is_help=True)
+#: the --family help until the command line is built (live_help: every family kernelsearch has)
+FAMILY_HELP = "Kernel family (see `metaltune kernel families`)."
 
 
 def _family(name: str) -> str:
-    from kernelsearch.families import NAMES
+    """The options models' family check (tuner.search.options), as a flag's bad input."""
+    from tuner.search.options import _family as known
 
-    if name not in NAMES:
-        raise BadInput(f"--family: unknown kernel family {name!r}; expected one of "
-                       f"{', '.join(NAMES)}")
-    return name
+    try:
+        return known(name)
+    except ValueError as e:
+        raise BadInput(f"--family: {e}") from None
 
 
 def _device(device: Optional[str]) -> str:
@@ -54,7 +60,7 @@ def _shape(text: str, family: str) -> tuple:
 
 @kernel_app.command("check")
 def check_cmd(
-    family: str = typer.Option(..., "--family", help="softmax|rmsnorm|swiglu|matmul|decode_attention"),
+    family: str = typer.Option(..., "--family", help=FAMILY_HELP),
     candidate: Path = typer.Option(..., "--candidate", help="Candidate module (.py) defining forward(...)."),
     config: Optional[str] = typer.Option(None, "--config", help="JSON object of keyword arguments for forward."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
@@ -196,12 +202,12 @@ def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 
 def search_kernel_cmd(
     ctx: typer.Context,
-    family: str = typer.Option(..., "--family", help="softmax|rmsnorm|swiglu|matmul|decode_attention"),
+    family: str = typer.Option(..., "--family", help=FAMILY_HELP),
     budget: int = typer.Option(20, "--budget", help="Measured configs per shape bucket (llm: trials)."),
-    proposer: str = typer.Option("optuna", "--proposer", help="random|grid|coordinate|optuna|llm (writes kernel sources)"),
+    proposer: str = typer.Option("optuna", "--proposer", help="A proposer (see `metaltune search kernel --help`); llm writes kernel sources."),
     seed: int = typer.Option(0, "--seed", help="Seed for the proposer."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search shapes)."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search shapes on a GPU, its largest tiny shape on the CPU)."),
     table: Optional[Path] = typer.Option(None, "--table", help="Where to write the dispatch table (JSON)."),
     incumbent: Optional[Path] = typer.Option(None, "--incumbent", help="llm: the dispatch table a source must beat (default: STATE_DIR/kernels/active.json, the applied profile's, else torch)."),
     idea: Optional[list[str]] = typer.Option(None, "--idea", help="llm: a direction for the proposer, e.g. 'load the KV once per 32k'; repeatable; recorded in every trial."),
@@ -212,7 +218,7 @@ def search_kernel_cmd(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="llm: GPU name for the hardware context (default: the device's own)."),
     model_context: Optional[list[str]] = typer.Option(None, "--model-context", help="llm: model context page, e.g. llama-gqa; repeatable."),
     diagnosis: Optional[Path] = typer.Option(None, "--diagnosis", help="llm: where the model's time goes, the JSON of `metaltune diagnose --json`."),
-    timeout_s: float = typer.Option(300.0, "--timeout", help="Seconds before a candidate process is killed."),
+    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before a candidate process is killed."),
     objective: str = typer.Option("throughput", "--objective", help="throughput | energy | power-capped (recorded with the run and its table; the judge's timing decides per bucket)."),
     throughput_floor: Optional[float] = typer.Option(None, "--throughput-floor", callback=finite(0.01, 1.0), metavar="FRACTION", help="--objective energy: the least throughput kept, as a fraction of the incumbent's (default 0.95)."),
     power_budget: Optional[float] = typer.Option(None, "--power-budget", callback=finite(1.0, 100000.0), metavar="W", help="--objective power-capped: the most mean board watts."),
@@ -223,45 +229,32 @@ def search_kernel_cmd(
     table. `--proposer llm` writes whole kernel sources: each one the judge accepts is stored
     (`metaltune kernel list`) and goes into the table as `src:<sha256>` where it beats the
     incumbent beyond the noise."""
-    _family(family)
     from tuner.cli.search_cmd import objective_args
-    from tuner.search.options import KernelSearchOptions
 
-    # the operation's own model (the socket's and the daemon child's): names, ranges, llm-only
-    KernelSearchOptions.parse("search kernel", {k: v for k, v in {
-        "family": family, "budget": budget, "proposer": proposer, "seed": seed,
-        "timeout_s": timeout_s, "incumbent_table": str(incumbent) if incumbent else None,
-        "ideas": idea, "max_tokens": max_tokens, "max_usd": max_usd, "stop_after": stop_after,
-        "model": model, "gpu": gpu, "models": model_context,
-        "diagnosis": {} if diagnosis else None,
-        **objective_args(objective, throughput_floor, power_budget)}.items() if v is not None})
     if incumbent is not None and not incumbent.is_file():
         raise BadInput(f"--incumbent {incumbent}: no such file")
-    dev = _device(device)
-    shapes = [_shape(s, family) for s in shape] if shape else None
-    s = settings(ctx)
-    state = s.ensure_state_dir()
-    if proposer == "llm":
-        return _search_sources(state, family, budget, dev, shapes, table, incumbent, idea or [],
-                               max_tokens, max_usd, stop_after, model, gpu,
-                               tuple(model_context or ("llama-gqa",)), timeout_s, as_json,
-                               _diagnosis(diagnosis))
-    from tuner.search.kernel import run_kernel_search
-
-    def progress(t):
-        if not as_json:
-            k = t.candidate.kernel
-            obj = f"{1e6 / t.objective:.2f} us" if t.objective else "-"
-            print(f"  [{k.shape_bucket}] #{t.number} {k.variant} {json.dumps(k.config)}: "
-                  f"{t.verdict}/{t.reason} {obj}", flush=True)
-
-    res = run_kernel_search(state, family, budget=budget, proposer=proposer, seed=seed,
-                            device=dev, shapes=shapes, table_out=table, on_trial=progress,
-                            timeout_s=timeout_s,
-                            objective=objective_args(objective, throughput_floor, power_budget))
+    shapes = [list(_shape(x, _family(family))) for x in shape] if shape else None
+    # the operation checks the rest by its options model (tuner.search.options), here or in the
+    # daemon: names, ranges, the llm-only flags, the objective's arguments
+    args = {"family": family, "budget": budget, "proposer": proposer, "seed": seed,
+            "device": device, "shapes": shapes, "table_out": str(table) if table else None,
+            "timeout_s": timeout_s,
+            "incumbent_table": str(incumbent) if incumbent else None, "ideas": idea,
+            "max_tokens": max_tokens, "max_usd": max_usd, "stop_after": stop_after,
+            "model": model, "gpu": gpu, "models": model_context,
+            "diagnosis": _diagnosis(diagnosis),
+            **objective_args(objective, throughput_floor, power_budget)}
+    res = invoke(settings(ctx), "search_kernel", **{k: v for k, v in args.items()
+                                                     if v is not None})
     if as_json:
         print(json.dumps(res, indent=2, default=str))
-        return
+    elif proposer == "llm":
+        _print_sources(res)
+    else:
+        _print_buckets(family, res)
+
+
+def _print_buckets(family: str, res: dict) -> None:
     for b in res["buckets"]:
         best = b["best"]
         print(f"{family} {'x'.join(map(str, b['shape']))}: "
@@ -288,32 +281,7 @@ def _diagnosis(path: Optional[Path]) -> Optional[dict]:
     return d
 
 
-def _search_sources(state: Path, family: str, budget: int, dev: str, shapes: Optional[list],
-                    table: Optional[Path], incumbent: Optional[Path], ideas: list[str],
-                    max_tokens: Optional[int], max_usd: Optional[float],
-                    stop_after: Optional[int], model: Optional[str], gpu: Optional[str],
-                    models: tuple[str, ...], timeout_s: float, as_json: bool,
-                    diagnosis: Optional[dict] = None) -> None:
-    from tuner.search.sources import run_source_search
-
-    def progress(t):
-        if not as_json:
-            m = t.measurements
-            what = m.get("summary") or next((f"{g.code}: {g.detail}" for g in t.gates
-                                             if not g.passed), "")
-            print(f"  #{t.number} {t.verdict}/{t.reason}"
-                  + (f" src:{m['source_sha256'][:12]}" if m.get("source_sha256") else "")
-                  + f"  {what[:160]}", flush=True)
-
-    res = run_source_search(state, family, budget=budget, device=dev, shapes=shapes,
-                            incumbent_table=incumbent, table_out=table, ideas=ideas,
-                            max_tokens=max_tokens, max_usd=max_usd, stop_after=stop_after,
-                            gpu=gpu, models=models, timeout_s=timeout_s, on_trial=progress,
-                            diagnosis=diagnosis,
-                            **({"model": model} if model else {}))
-    if as_json:
-        print(json.dumps(res, indent=2, default=str))
-        return
+def _print_sources(res: dict) -> None:
     print(f"run {res['run_id']}: {res['trials']} trials, {res['kept']} kept {res['by_reason']}"
           + (f"; stopped: {res['stopped']}" if res["stopped"] else "")
           + f"; ${res['cost'].get('usd', 0.0):.4f}")

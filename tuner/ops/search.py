@@ -39,7 +39,10 @@ def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
 
     return run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
                              device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
-                             timeout_s=o.timeout_s)
+                             timeout_s=o.timeout_s, objective={
+                                 k: getattr(o, k) for k in ("objective", "throughput_floor",
+                                                            "power_budget_w")
+                                 if getattr(o, k) is not None})
 
 
 @operation("search_mixed", options=MixedSearchOptions)

@@ -77,10 +77,12 @@ class SimHostLlamaWorkload:
         self.llama.dispatch_changed()
 
     @property
-    def install_table(self) -> Any:
-        """Its Llama's `install_table` where that runs in a model process
-        (tuner.workloads.model_process); None for a Llama in this process."""
-        return getattr(self.llama, "install_table", None)
+    def runs_stored_sources(self) -> bool:
+        """Its Llama's: True where that runs in a model process (tuner.workloads.model_process)."""
+        return bool(self.llama.runs_stored_sources)
+
+    def install_table(self, table: Any, store_dir: Any = None) -> None:
+        self.llama.install_table(table, store_dir)
 
     def first_step_s(self, *args: Any, **kw: Any) -> float:
         with one_thread():

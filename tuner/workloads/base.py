@@ -11,12 +11,15 @@ mean weighs a 10% change at any size the same, whatever that size's absolute tok
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
+from tuner.errors import WorkloadFailed
 from tuner.trial import Measurement
 from tuner.workloads.stats import geomean, rel_spread
 
-__all__ = ["KernelCall", "Tunable", "Untuned", "Workload", "geomean", "rel_spread", "summarize"]
+__all__ = ["KernelCall", "Tunable", "Untuned", "Workload", "geomean", "install_here", "rel_spread",
+           "summarize"]
 
 #: one kernel call a workload makes: (family, dtype, shape)
 KernelCall = tuple[str, str, tuple[int, ...]]
@@ -76,6 +79,16 @@ class Tunable(Workload, Protocol):
         """Per family, the only variants its call path runs (None: any of the family's)."""
         ...
 
+    #: whether a table naming stored (candidate) sources can be installed where its kernels run:
+    #: only in a model process (tuner.workloads.model_process), never in the search's (root)
+    #: process; a search offers stored sources as kernel choices only then
+    runs_stored_sources: bool
+
+    def install_table(self, table: Any, store_dir: Optional[Path] = None) -> None:
+        """Install the dispatch table `table` where its kernels run (`store_dir`: the stored
+        sources it names); WorkloadFailed for a table it cannot take there."""
+        ...
+
     def dispatch_changed(self) -> None:
         """The installed dispatch table changed: drop what holds the old table's kernels."""
         ...
@@ -120,6 +133,11 @@ class Untuned:
     def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
         return None
 
+    runs_stored_sources = False
+
+    def install_table(self, table: Any, store_dir: Optional[Path] = None) -> None:
+        install_here(self, table, store_dir)
+
     def dispatch_changed(self) -> None:
         pass
 
@@ -128,6 +146,18 @@ class Untuned:
 
     def close(self) -> None:
         pass
+
+
+def install_here(workload: Any, table: Any, store_dir: Optional[Path] = None) -> None:
+    """`install_table` of a workload whose kernels run in this (the search's, maybe root)
+    process: shipped variants only, a stored source is never imported here."""
+    from kernelsearch import dispatch
+
+    if table.sources():
+        raise WorkloadFailed(f"{workload.name}: runs in the search's process, and a table naming "
+                             "stored sources is installed only in a model process (its workload "
+                             "registered with model_process)")
+    dispatch.install(table, store=store_dir)
 
 
 def summarize(metric: str, unit: str, per_size_samples: Mapping[str, Sequence[float]],

@@ -146,3 +146,10 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     except ProcessLookupError:
         pass
     proc.communicate()
+
+
+def from_spec(spec: Any) -> CommandWorkload:
+    """`cmd:<command line>` (tuner.workloads.factory), with --metric-regex."""
+    if not spec.metric_regex:
+        raise BadInput("--workload cmd:... needs --metric-regex")
+    return CommandWorkload(spec.args, spec.metric_regex, timeout_s=spec.timeout_s)

@@ -350,3 +350,26 @@ class DeepSeekWorkload(_llama.LlamaWorkload):
 def v32(cfg: DeepSeekConfig) -> DeepSeekConfig:
     """The V3.2 (sparse) form of a config."""
     return replace(cfg, sparse=True)
+
+
+def from_spec(spec: Any) -> DeepSeekWorkload:
+    """`deepseek[-v3.2][:batch=B[,B..]][:ctx=C[,C..]]` (tuner.workloads.factory): the size
+    grid's decode batches and contexts (default: the workload's own grid); the real three
+    layers on a GPU, the tiny preset on the CPU (interpreter kernels)."""
+    import torch
+
+    from tuner.errors import BadInput
+
+    grid: dict[str, list[int]] = {}
+    for part in spec.args.split(":") if spec.args else []:
+        key, eq, value = part.partition("=")
+        nums = value.split(",")
+        if not (eq and key in ("batch", "ctx") and all(n.isdigit() and int(n) > 0 for n in nums)):
+            raise BadInput(f"--workload {spec.text}: expected batch=N[,N..] or ctx=N[,N..] "
+                           f"(positive integers), got {part!r}")
+        grid["decode_batches" if key == "batch" else "contexts"] = [int(n) for n in nums]
+    big = torch.cuda.is_available()
+    preset = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
+              ("deepseek-v3.2", True): "deepseek-v3.2-3l",
+              ("deepseek-v3.2", False): "tiny-v3.2"}[(spec.name, big)]
+    return DeepSeekWorkload(DeepSeekConfig.preset(preset), **grid)

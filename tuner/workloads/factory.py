@@ -6,7 +6,7 @@ one `register(...)` line."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from tuner.errors import BadInput
 
@@ -28,14 +28,24 @@ class Entry:
     usage: str  # e.g. "hf:<config>[:layers=N]"
     takes_args: bool = False  # `name:args` (cmd:, hf:, llama-tp:)
     backend: Optional[str] = None  # only on this host backend ("sim")
+    #: a search holds its model in a model process (tuner.workloads.model_process), the only
+    #: place a table's stored sources run: True, built there by this same entry (`module`
+    #: imported first); a function, how it holds one itself (sim-llama: the sim host's factor
+    #: here, its Llama there); False, it runs in the search's process, stored sources refused
+    model_process: Union[bool, Callable[[Spec], Any]] = False
+    module: Optional[str] = None  # what registers it (imported by the model process)
 
 
 _REGISTRY: dict[str, Entry] = {}
 
 
 def register(name: str, build: Callable[[Spec], Any], usage: Optional[str] = None, *,
-             takes_args: bool = False, backend: Optional[str] = None) -> None:
-    _REGISTRY[name] = Entry(build, usage or name, takes_args, backend)
+             takes_args: bool = False, backend: Optional[str] = None,
+             model_process: Union[bool, Callable[[Spec], Any]] = False,
+             module: Optional[str] = None) -> None:
+    """`module`: the module whose import runs this line (default: `build`'s)."""
+    _REGISTRY[name] = Entry(build, usage or name, takes_args, backend, model_process,
+                            module or getattr(build, "__module__", None))
 
 
 def names() -> list[str]:
@@ -57,102 +67,61 @@ def parse(text: str, host: Any = None, metric_regex: Optional[str] = None,
     return Spec(text, name, args, host, metric_regex, timeout_s)
 
 
-def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
-                  timeout_s: float) -> Any:
-    """The workload named (default: `sim` on a simulated host, `llama` elsewhere)."""
-    backend = getattr(host, "backend", None)
-    if workload is None:
-        workload = "sim" if backend == "sim" else "llama"
+def resolve(host: Any, workload: str, metric_regex: Optional[str],
+            timeout_s: float) -> tuple[Spec, Entry]:
+    """`workload` split and its entry, BadInput for a name it lacks or the wrong backend."""
     spec = parse(workload, host, metric_regex, timeout_s)
     entry = _REGISTRY[spec.name]
-    if entry.backend is not None and backend != entry.backend:
+    if entry.backend is not None and getattr(host, "backend", None) != entry.backend:
         raise BadInput(f"--workload {workload} needs --backend {entry.backend}")
+    return spec, entry
+
+
+def make_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
+                  timeout_s: float) -> Any:
+    """The workload named, built in this process (default: `sim` on a simulated host, `llama`
+    elsewhere)."""
+    if workload is None:
+        workload = "sim" if getattr(host, "backend", None) == "sim" else "llama"
+    spec, entry = resolve(host, workload, metric_regex, timeout_s)
     return entry.build(spec)
 
 
-# -- this folder's workloads ------------------------------------------------------------------
-def _llama(spec: Spec) -> Any:
-    from tuner.workloads.llama import LlamaWorkload
+def make_held(host: Any, workload: str, metric_regex: Optional[str], timeout_s: float) -> Any:
+    """The workload named, as a search holds it: where its entry says, its model in a model
+    process (torch and the model are imported there, not here), else built here."""
+    spec, entry = resolve(host, workload, metric_regex, timeout_s)
+    if callable(entry.model_process):
+        return entry.model_process(spec)
+    if not entry.model_process:
+        return entry.build(spec)
+    from tuner.workloads.model_process import ModelWorkload, Recipe
 
-    return LlamaWorkload()
-
-
-def _deepseek(spec: Spec) -> Any:
-    """`deepseek[-v3.2][:batch=B[,B..]][:ctx=C[,C..]]`: the size grid's decode batches and
-    contexts (default: the workload's own grid)."""
-    import torch
-
-    from tuner.workloads.deepseek import DeepSeekConfig, DeepSeekWorkload
-
-    grid: dict[str, list[int]] = {}
-    for part in spec.args.split(":") if spec.args else []:
-        key, eq, value = part.partition("=")
-        nums = value.split(",")
-        if not (eq and key in ("batch", "ctx") and all(n.isdigit() and int(n) > 0 for n in nums)):
-            raise BadInput(f"--workload {spec.text}: expected batch=N[,N..] or ctx=N[,N..] "
-                           f"(positive integers), got {part!r}")
-        grid["decode_batches" if key == "batch" else "contexts"] = [int(n) for n in nums]
-    # the real three layers on a GPU, the tiny preset on the CPU (interpreter kernels)
-    big = torch.cuda.is_available()
-    preset = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
-              ("deepseek-v3.2", True): "deepseek-v3.2-3l",
-              ("deepseek-v3.2", False): "tiny-v3.2"}[(spec.name, big)]
-    return DeepSeekWorkload(DeepSeekConfig.preset(preset), **grid)
+    return ModelWorkload(Recipe(workload=spec.text, timeout_s=spec.timeout_s, module=entry.module))
 
 
-def _hf(spec: Spec) -> Any:
-    from tuner.workloads.hf import HFWorkload, parse_spec
+def _lazy(target: str) -> Callable[[Spec], Any]:
+    """A builder `module:function` imported when first built (torch stays out of start-up)."""
+    mod, _, fn = target.partition(":")
 
-    try:
-        parsed = parse_spec(spec.text)
-        import transformers  # noqa: F401
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-    except ImportError:
-        raise BadInput("--workload hf:...: needs transformers (pip install 'metaltune[hf]')") from None
-    return HFWorkload(spec.text, parsed=parsed)
+    def build(spec: Spec) -> Any:
+        import importlib
 
+        return getattr(importlib.import_module(mod), fn)(spec)
 
-def _command(spec: Spec) -> Any:
-    from tuner.workloads.command import CommandWorkload
-
-    if not spec.metric_regex:
-        raise BadInput("--workload cmd:... needs --metric-regex")
-    return CommandWorkload(spec.args, spec.metric_regex, timeout_s=spec.timeout_s)
+    build.__module__ = mod
+    return build
 
 
-def _tensor_parallel(spec: Spec) -> Any:
-    """`llama-tp[:PRESET][:tp=N][:p2p=on|off][:backend=nccl|gloo]` (defaults: tiny on CPUs and
-    llama3-8b-4l on GPUs, tp 2, P2P on, NCCL when there are tp GPUs)."""
-    from tuner.workloads.tensor_parallel import TensorParallelWorkload
-
-    kw: dict[str, Any] = {}
-    for part in spec.args.split(":") if spec.args else []:
-        key, eq, value = part.partition("=")
-        if not eq:
-            kw["model"] = key
-        elif key == "tp" and value.isdigit():
-            kw["tp"] = int(value)
-        elif key == "p2p" and value in ("on", "off"):
-            kw["p2p"] = value == "on"
-        elif key == "backend" and value in ("nccl", "gloo"):
-            kw["backend"] = value
-        else:
-            raise BadInput(f"--workload {spec.text}: expected PRESET, tp=N, p2p=on|off or "
-                           f"backend=nccl|gloo, got {part!r}")
-    if "model" not in kw:
-        import torch
-
-        kw["model"] = "llama3-8b-4l" if torch.cuda.device_count() >= kw.get("tp", 2) else "tiny"
-    try:
-        return TensorParallelWorkload(**kw)
-    except ValueError as e:
-        raise BadInput(f"--workload {spec.text}: {e}") from None
-
-
-register("llama", _llama)
-register("deepseek", _deepseek, "deepseek[:batch=N,..][:ctx=N,..]", takes_args=True)
-register("deepseek-v3.2", _deepseek, "deepseek-v3.2[:batch=N,..][:ctx=N,..]", takes_args=True)
-register("hf", _hf, "hf:<config>[:layers=N]", takes_args=True)
-register("llama-tp", _tensor_parallel, "llama-tp[:PRESET][:tp=N]", takes_args=True)
-register("cmd", _command, "cmd:<command line>", takes_args=True)
+# -- this folder's workloads (each parses its own arguments) --------------------------------
+register("llama", _lazy("tuner.workloads.llama:from_spec"), model_process=True)
+register("deepseek", _lazy("tuner.workloads.deepseek:from_spec"),
+         "deepseek[:batch=N,..][:ctx=N,..]", takes_args=True, model_process=True)
+register("deepseek-v3.2", _lazy("tuner.workloads.deepseek:from_spec"),
+         "deepseek-v3.2[:batch=N,..][:ctx=N,..]", takes_args=True, model_process=True)
+register("hf", _lazy("tuner.workloads.hf:from_spec"), "hf:<config>[:layers=N]", takes_args=True,
+         model_process=True)
+register("llama-tp", _lazy("tuner.workloads.tensor_parallel:from_spec"),
+         "llama-tp[:PRESET][:tp=N]", takes_args=True)
+register("cmd", _lazy("tuner.workloads.command:from_spec"), "cmd:<command line>",
+         takes_args=True)

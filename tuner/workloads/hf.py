@@ -450,3 +450,17 @@ class HFWorkload(HolisticWorkload):
 
         return {"patched": patched(self.model.model), "model": self.model.spec,
                 "device": str(self.model.device)}
+
+
+def from_spec(spec: Any) -> HFWorkload:
+    """`hf:<config>[:layers=N]` (tuner.workloads.factory)."""
+    from tuner.errors import BadInput
+
+    try:
+        parsed = parse_spec(spec.text)
+        import transformers  # noqa: F401
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    except ImportError:
+        raise BadInput("--workload hf:...: needs transformers (pip install 'metaltune[hf]')") from None
+    return HFWorkload(spec.text, parsed=parsed)

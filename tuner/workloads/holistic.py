@@ -306,6 +306,14 @@ class HolisticWorkload:
     def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
         return self.KERNEL_VARIANTS
 
+    #: in this process: shipped variants only (a search holds it in a model process for more)
+    runs_stored_sources = False
+
+    def install_table(self, table: Any, store_dir: Optional[Any] = None) -> None:
+        from tuner.workloads.base import install_here
+
+        install_here(self, table, store_dir)
+
     def close(self) -> None:
         pass  # one process: what it holds goes with it
 

@@ -335,3 +335,8 @@ class LlamaWorkload(HolisticWorkload):
 
     def _extra(self) -> dict[str, Any]:
         return {"model": asdict(self.model.cfg), "device": str(self.model.device)}
+
+
+def from_spec(spec: Any) -> LlamaWorkload:
+    """`--workload llama` (tuner.workloads.factory): no arguments."""
+    return LlamaWorkload()

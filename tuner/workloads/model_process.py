@@ -68,10 +68,13 @@ class ModelProcessFailed(WorkloadFailed):
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """What the model process builds: a workload name the factory builds without a host
-    (`llama`, `deepseek`, `deepseek-v3.2`, `hf:<config>`), or `LlamaWorkload(**llama)`."""
+    (an entry registered with `model_process=True`: `llama`, `hf:<config>`, ...), or
+    `LlamaWorkload(**llama)`."""
 
     workload: str = "llama"
     llama: Optional[dict[str, Any]] = None
+    #: the module whose import registers `workload` (tuner.workloads.factory.Entry.module)
+    module: Optional[str] = None
     threads: Optional[int] = None  # torch's intra-op threads there (None: torch's default)
     timeout_s: float = 600.0
 
@@ -470,6 +473,9 @@ class ModelWorkload:
             return self.process().call("validate", self.call_timeout_s, runtime=dict(runtime))
         except ModelProcessFailed as e:
             raise ValueError(f"runtime not checked: {e}") from None
+
+    #: Tunable: the tables it is given are installed in its model processes, stored sources too
+    runs_stored_sources = True
 
     def kernels_usable(self) -> Optional[str]:
         return self._info["kernels_usable"]

@@ -21,8 +21,8 @@ ERRORS = ("WorkloadFailed", "WorkloadHang", "WorkloadBroken", "BadInput", "Value
 
 
 def build(recipe: dict[str, Any]) -> Any:
-    """The workload a recipe names: the factory's `llama`, `deepseek`, `deepseek-v3.2`,
-    `hf:<config>` (they take no host), or `LlamaWorkload(**kwargs)` for `{"llama": kwargs}`."""
+    """The workload a recipe names: a registry entry's (`llama`, `hf:<config>`, ...: they take
+    no host; `module` registers it), or `LlamaWorkload(**kwargs)` for `{"llama": kwargs}`."""
     threads = recipe.get("threads")
     if threads:
         import torch
@@ -34,6 +34,10 @@ def build(recipe: dict[str, Any]) -> Any:
         return LlamaWorkload(**recipe["llama"])
     from tuner.workloads.factory import make_workload
 
+    if recipe.get("module"):  # its registry line: the parent's, so code the parent imported
+        import importlib
+
+        importlib.import_module(str(recipe["module"]))
     return make_workload(None, recipe["workload"], None, float(recipe.get("timeout_s", 600.0)))
 
 

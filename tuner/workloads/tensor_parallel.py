@@ -280,6 +280,13 @@ class TensorParallelWorkload:
     def kernel_variants(self) -> Optional[Mapping[str, Sequence[str]]]:
         return None
 
+    runs_stored_sources = False
+
+    def install_table(self, table: Any, store_dir: Optional[Any] = None) -> None:
+        from tuner.workloads.base import install_here
+
+        install_here(self, table, store_dir)
+
     def _key(self) -> str:
         return self.runtime.key() + self.collectives.key()
 
@@ -357,3 +364,32 @@ class TensorParallelWorkload:
             "runtime": self.runtime_settings(), "setup_s": res["setup_s"], "tp": self.tp,
             "backend": self.backend, "env": self.collectives.env(),
             "check": self._checked.get(self._key()), "model": asdict(self.cfg)})
+
+
+def from_spec(spec: Any) -> TensorParallelWorkload:
+    """`llama-tp[:PRESET][:tp=N][:p2p=on|off][:backend=nccl|gloo]` (tuner.workloads.factory;
+    defaults: tiny on CPUs and llama3-8b-4l on GPUs, tp 2, P2P on, NCCL when there are tp GPUs)."""
+    from tuner.errors import BadInput
+
+    kw: dict[str, Any] = {}
+    for part in spec.args.split(":") if spec.args else []:
+        key, eq, value = part.partition("=")
+        if not eq:
+            kw["model"] = key
+        elif key == "tp" and value.isdigit():
+            kw["tp"] = int(value)
+        elif key == "p2p" and value in ("on", "off"):
+            kw["p2p"] = value == "on"
+        elif key == "backend" and value in ("nccl", "gloo"):
+            kw["backend"] = value
+        else:
+            raise BadInput(f"--workload {spec.text}: expected PRESET, tp=N, p2p=on|off or "
+                           f"backend=nccl|gloo, got {part!r}")
+    if "model" not in kw:
+        import torch
+
+        kw["model"] = "llama3-8b-4l" if torch.cuda.device_count() >= kw.get("tp", 2) else "tiny"
+    try:
+        return TensorParallelWorkload(**kw)
+    except ValueError as e:
+        raise BadInput(f"--workload {spec.text}: {e}") from None

@@ -112,7 +112,7 @@ class MixedEvaluator:
     @property
     def remote(self) -> bool:
         """Whether tables are installed where the model runs (a model process), not here."""
-        return getattr(self.workload, "install_table", None) is not None
+        return self.workload.runs_stored_sources
 
     # -- gates ---------------------------------------------------------------------------------
     def gates(self) -> list[G.Gate]:
@@ -247,17 +247,9 @@ class MixedEvaluator:
     def _use(self, table: Any) -> None:
         key = json.dumps(table.to_dict(), sort_keys=True, default=str)
         if key != self._table_key:
-            install = getattr(self.workload, "install_table", None)
-            if install is not None:  # the model process loads it, with its next measurement
-                install(table, self.store_dir)
-            else:
-                from kernelsearch import dispatch
-
-                if table.sources():  # never imported here: this process may be root
-                    raise WorkloadFailed(f"{self.workload.name}: runs in the search's process, "
-                                         "and a table naming stored sources is installed only "
-                                         "in a model process")
-                dispatch.install(table, store=self.store_dir)
+            # a model process loads it with its next measurement; a workload in this process
+            # (maybe root) refuses one naming stored sources
+            self.workload.install_table(table, self.store_dir)
             self.workload.dispatch_changed()
             self._table_key = key
 

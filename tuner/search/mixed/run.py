@@ -11,58 +11,51 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from kernelsearch import dispatch
+from kernelsearch.shipped import shipped_tables
+from kernelsearch.table import DispatchTable, TableError
 from tuner.errors import BadInput
+from tuner.knobs import registry
+from tuner.knobs.base import values_equal
+from tuner.proposers import SearchSpace, make
+from tuner.proposers.llm.context import host_context
+from tuner.proposers.seeded import seeded
+from tuner.search import loop
+from tuner.search.host.evaluator import HostEvaluator
+from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget
+from tuner.search.mixed.evaluator import MixedEvaluator, first_step_gain
+from tuner.search.mixed.space import (TORCH, Incumbent, JointSpace, kernel_slots, kinds_of,
+                                      stored_sources, suggested_point)
+from tuner.search.objective import THROUGHPUT, Objective, tok_per_j, within_budget
 from tuner.search.options import AUTO, NONE, MixedSearchOptions
+from tuner.search.runtime import RuntimeEvaluator
+from tuner.search.safety_context import SafetyContext
+from tuner.search.sources import sources_dir, store_in
+from tuner.search.store import TrialStore
+from tuner.sim import register_workloads
 from tuner.trial import Trial
 from tuner.workloads.base import Tunable
-
-
-#: the workloads whose model runs in a model process (tuner.workloads.model_process): a
-#: candidate table's stored sources are imported there, never in this (root) process
-MODEL_PROCESS = ("llama", "deepseek", "deepseek-v3.2", "hf", "sim-llama")
+from tuner.workloads.factory import make_held
 
 
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
                         timeout_s: float) -> Tunable:
     """What `search host` takes, defaulting to `sim-llama` on a sim host (the CPU Llama scaled by
-    the sim host's model, so host and kernel effects show in one metric) and `llama` elsewhere.
-    The models of MODEL_PROCESS run in a model process, confined as the judge's child is."""
-    from tuner.sim import register_workloads
-    from tuner.workloads.factory import make_workload, parse
-
+    the sim host's model, so host and kernel effects show in one metric) and `llama` elsewhere,
+    held as its registry entry says (tuner.workloads.factory): an entry with `model_process`
+    has its model in a model process, confined as the judge's child is, the only place a
+    table's stored sources run."""
     register_workloads()  # `sim` and `sim-llama` are named (and refused off a sim host)
-
     if workload is None:
         workload = "sim-llama" if host.backend == "sim" else "llama"
-    spec = parse(workload, host, metric_regex, timeout_s)  # BadInput for a name it lacks
-    if spec.name in MODEL_PROCESS:
-        return model_workload(host, spec.text, spec.name, timeout_s)
-    wl = make_workload(host, workload, metric_regex, timeout_s)
+    wl = make_held(host, workload, metric_regex, timeout_s)  # BadInput for a name it lacks
     if not isinstance(wl, Tunable):
         raise BadInput(f"--workload {workload}: not searchable here (it does not declare "
                        "tuner.workloads.base.Tunable)")
     return wl
 
 
-def model_workload(host: Any, text: str, name: str, timeout_s: float) -> Tunable:
-    """The workload `text` with its model in a model process (`sim-llama`: the sim host's factor
-    here, its Llama there)."""
-    from tuner.workloads.model_process import ModelWorkload, Recipe
-
-    if name == "sim-llama":
-        from tuner.sim.llama_host import LLAMA_KW, SimHostLlamaWorkload
-
-        if host.backend != "sim":
-            raise BadInput(f"--workload {text} needs --backend sim")
-        return SimHostLlamaWorkload(host.root, llama=ModelWorkload(
-            Recipe(llama=dict(LLAMA_KW), threads=1, timeout_s=timeout_s)))
-    return ModelWorkload(Recipe(workload=text, timeout_s=timeout_s))
-
-
 def _start_table(table: Optional[str]) -> Any:
-    from kernelsearch import dispatch
-    from kernelsearch.table import DispatchTable, TableError
-
     if table is None:
         return dispatch.installed()
     try:
@@ -74,9 +67,6 @@ def _start_table(table: Optional[str]) -> Any:
 def _suggest_tables(suggest: Optional[list[str]]) -> list[Any]:
     """--suggest-table: "auto" (the tables shipped for this process's GPU; none without one),
     "none", or table paths, in the order a slot takes their choices."""
-    from kernelsearch.shipped import shipped_tables
-    from kernelsearch.table import DispatchTable, TableError
-
     names = list(suggest or [AUTO])  # 'auto' or 'none' alone: MixedSearchOptions
     if names == [NONE]:
         return []
@@ -94,9 +84,6 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
                      on_trial: Optional[Callable[[Trial], None]] = None,
                      **kw: Any) -> dict[str, Any]:
     """`opts` (or the same as keyword arguments) as the operation takes them."""
-    from tuner.knobs import registry
-    from tuner.search.mixed.space import kernel_slots
-
     o = opts if opts is not None else MixedSearchOptions.parse("search_mixed", kw)
     knobs, fams = o.knobs, (list(o.families) if o.families else None)
     workload, table, suggest, runtime = o.workload, o.table, o.suggest, o.runtime
@@ -106,8 +93,6 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
     host = settings.host()
     chosen: dict[str, Any] = {}
     if knobs != [NONE]:
-        from tuner.search.host.run import DEFAULT_KNOBS
-
         found = registry.discover(host)
         if knobs:
             chosen = registry.select(found, knobs)  # UnknownKnob (exit 2) for a name with no match
@@ -132,22 +117,20 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
         if why:
             notes.append(f"no kernel slots: {why}")
         else:
-            from tuner.search.sources import store_in
-            from tuner.search.mixed.space import stored_sources
-
+            sources = stored_sources(store_in(settings.state_dir))
+            if sources and not wl.runs_stored_sources:  # as its registry entry says
+                notes.append(f"stored kernel sources not tried: {wl.name} runs in the search's "
+                             "process (its workload is not registered with model_process)")
+                sources = {}
             slots = kernel_slots(wl.kernel_calls(), fams, o.max_choices, start_table,
-                                 sources=stored_sources(store_in(settings.state_dir)),
-                                 suggest=suggestions, variants=wl.kernel_variants())
+                                 sources=sources, suggest=suggestions,
+                                 variants=wl.kernel_variants())
             missing = sorted(set(fams or []) - {s.family for s in slots})
             if missing:
                 raise BadInput(f"--family {missing[0]}: this workload makes no {missing[0]} call "
                                "in a dtype the family takes")
     if not (chosen or runtime_dims or slots):
         raise BadInput("nothing to search: no host knob, runtime setting or kernel slot")
-
-    from tuner.search.safety_context import SafetyContext
-
-    from tuner.search.objective import Objective
 
     obj = Objective.of(o)
     guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,  # BadInput: policy
@@ -171,15 +154,9 @@ def build_evaluator(knobs: dict[str, Any], workload: Tunable, guard: Any,
                     objective: Any = None) -> Any:
     """The MixedEvaluator over the joint space (its `.joint`), the host's current values, the
     workload's runtime and the start table's choices as the incumbent."""
-    from tuner.search.host.evaluator import HostEvaluator
-    from tuner.search.mixed.evaluator import MixedEvaluator, first_step_gain
-    from tuner.search.mixed.space import Incumbent, JointSpace
-    from tuner.search.runtime import RuntimeEvaluator
-
     inc = Incumbent.at_start({n: k.read() for n, k in knobs.items()},
                              workload.runtime_settings(), slots, start_table)
     joint = JointSpace(knobs, runtime_dims, slots, inc)
-    from tuner.search.objective import THROUGHPUT
 
     host_ev = HostEvaluator(knobs, workload, guard, incumbent=inc.host, timeout_s=timeout_s,
                             objective=objective or THROUGHPUT)
@@ -198,24 +175,12 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
          proposer: str, seed: int, repeats: int, rounds: int, timeout_s: float,
          isolate: Optional[bool], on_trial: Optional[Callable[[Trial], None]],
          meta: dict[str, Any], objective: Any = None) -> dict[str, Any]:
-    from tuner.proposers import SearchSpace, make
-    from tuner.proposers.llm.context import host_context
-    from tuner.proposers.seeded import seeded
-    from tuner.search import loop
-    from tuner.search.store import TrialStore
-
-    from tuner.search.sources import sources_dir
-
     if objective is not None and chosen:  # power-capped: the run starts within the budget
-        from tuner.search.host.run import clamp_to_budget
-
         clamp_to_budget(chosen, guard, objective, {n: k.read() for n, k in chosen.items()})
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
                          repeats=repeats, timeout_s=timeout_s, isolate=isolate,
                          store_dir=sources_dir(guard.state_dir), objective=objective)
     if objective is not None:  # power-capped: no power limit over the budget is proposed
-        from tuner.search.objective import within_budget
-
         for d in ev.joint.host_dims:
             dom = ev.joint.doms[d.name]
             d.values[:] = [v for v in d.values if not isinstance(v, (int, float))
@@ -254,8 +219,6 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
 def _suggested_points(joint: Any, suggestions: list[Any]) -> list[dict[str, Any]]:
     """The incumbent with every slot a suggestion table covers set to its choice: one point,
     none when the tables change nothing (or the incumbent has no point: unsearchable host)."""
-    from tuner.search.mixed.space import suggested_point
-
     change = suggested_point(joint.slots, joint.incumbent.kernels, suggestions)
     p = joint.incumbent_point(partial=True)
     if not change or p is None or set(p) != set(joint.space.names):
@@ -267,10 +230,6 @@ def summary(trials: list[Trial], run_id: str, inc: Any, start_host: dict[str, An
             start_rt: dict[str, Any], base: Any, table_path: Path, table: Any, joint: Any,
             seconds: float) -> dict[str, Any]:
     """The kept changes by kind, counts by kind and verdict:reason, the table's path."""
-    from tuner.knobs.base import values_equal
-    from tuner.search.mixed.space import TORCH, kinds_of
-    from tuner.search.objective import tok_per_j
-
     by_kind: dict[str, Counter] = {}
     for t in trials:
         for kind in kinds_of(t.candidate) or ["none"]:

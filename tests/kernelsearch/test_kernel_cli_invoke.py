@@ -1,0 +1,46 @@
+"""`metaltune search kernel` runs the "search_kernel" operation through the shared invoke path
+(tuner.cli.common.invoke): to the daemon when one runs, else in this process, its arguments
+checked by the operation's options model either way, the objective with them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.simhelpers import run_cli
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_search_kernel_asks_the_daemon_when_one_runs(capsys, monkeypatch):
+    from tuner.daemon import client
+
+    asked = []
+    answer = {"run_id": "r1", "buckets": [], "entries": 0, "table": "t.json"}
+
+    def try_call(name, args):
+        asked.append((name, args))
+        return answer
+
+    monkeypatch.setattr(client, "try_call", try_call)
+    rc, out, err = run_cli(capsys, "search", "kernel", "--family", "softmax", "--budget", "1",
+                           "--proposer", "random", "--device", "cpu", "--shape", "3x17",
+                           "--objective", "energy", "--json")
+    assert rc == 0, err
+    assert json.loads(out) == answer
+    (name, args), = asked
+    assert name == "search_kernel"
+    assert (args["family"], args["shapes"], args["objective"]) == ("softmax", [[3, 17]], "energy")
+
+
+def test_the_operation_records_the_objective_it_is_given(tmp_path):
+    """As the daemon's search child runs it (the operation, not the CLI's own call)."""
+    from tuner.cli.common import invoke
+    from tuner.ops.settings import Settings
+    from tuner.search.store import TrialStore
+
+    res = invoke(Settings(tmp_path / "state", None, None), "search_kernel", local=True,
+                 family="swiglu", budget=1, proposer="random", device="cpu", shapes=[[3, 17]],
+                 objective="energy")
+    with TrialStore.in_state_dir(tmp_path / "state") as st:
+        (run,) = [r for r in st.runs() if r["id"] == res["run_id"]]
+    assert run["meta"]["objective"] == "energy", run["meta"]
