@@ -364,6 +364,7 @@ def check(runner: Runner, family: Family, shapes: list, dtypes: list[str], devic
                             "replaced by a no-op the output did not change")
             ghost_done = True
         log.append(f"{shape} {dtype} {dist}")
+    args = out = out2 = out3 = fresh = gout = None  # freed before ranks.after's probe draws
     for shape, rank in ranks.after(family, shapes, boundary):  # then every other input rank
         for dtype in dtypes:
             seed = fresh_seed()

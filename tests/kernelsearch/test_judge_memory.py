@@ -64,7 +64,7 @@ def test_a_checks_inputs_are_freed_before_the_next_are_drawn(monkeypatch):
     """Every make_inputs call of the judge finds the tensors of the checks before it gone,
     through the repeated shapes and the boundary points; only the in-place rewrite of a
     repeated check draws while that check's own inputs live (unless a view replaced them)."""
-    from kernelsearch.harness import correctness
+    from kernelsearch.harness import correctness, ranks
 
     fam = get("softmax")
     real = fam.make_inputs
@@ -77,14 +77,19 @@ def test_a_checks_inputs_are_freed_before_the_next_are_drawn(monkeypatch):
         drawn.append([weakref.ref(t) for t in out if isinstance(t, torch.Tensor)])
         return out
 
+    # then one check for each other rank softmax takes (harness/ranks.py), drawn alike
+    n_ranks = len(ranks.after(fam, [(3, 17)], None))
+    assert n_ranks >= 2  # softmax takes rows of any rank: [cols] and [a, b, cols] at least
     monkeypatch.setattr(fam, "make_inputs", tracked)
     for _ in range(3):  # the layouts drawn differ from run to run
         drawn.clear()
         alive_at_draw.clear()
         correctness.check(TorchRunner(fam), fam, [(3, 17), (8, 17)], ["float32"], "cpu",
                           seeds=2, boundary=[(9, 17), (20, 17), (40, 17)], stress_calls=0)
-        assert len(alive_at_draw) == 8 + 3
-        repeated, edges = alive_at_draw[:8], alive_at_draw[8:]
+        # 4 repeated checks (a draw and its in-place rewrite each), the rank probe's one tiny
+        # draw (ranks.taken), 3 boundary points, one check a rank
+        assert len(alive_at_draw) == 8 + 1 + 3 + n_ranks, alive_at_draw
+        repeated, after = alive_at_draw[:8], alive_at_draw[8:]
         assert repeated[0::2] == [0] * 4, alive_at_draw  # a check's own draw: nothing left
         assert all(n <= 1 for n in repeated[1::2]), alive_at_draw  # its rewrite: itself
-        assert edges == [0, 0, 0], alive_at_draw
+        assert after == [0] * (1 + 3 + n_ranks), alive_at_draw
