@@ -53,9 +53,15 @@ def test_lazy_when_not_watched_caught_on_the_timed_path(redteam):
     issue 24 the judge's own poison is NaN, a large value or zeros, so correctness sees it
     first; with NaN poison only it is still the timed run that catches it."""
     v = check("softmax", redteam("lazy_when_timed"), isolate=False, incumbent=False)
+    # caught by a drawn check, or by the repeated-call stage once a call's poison is not NaN
+    # (which stage meets it first is drawn)
     assert (v.stage, v.code) == ("correctness", "incorrect") and v.rule in (
-        "unwritten", "tolerance"), v
-    assert "poison large" in v.detail or "poison zero" in v.detail, v.detail
+        "unwritten", "tolerance", "repeated_calls"), v
+    # the check that caught it names a poison other than NaN: a drawn check's ("poison large",
+    # "poison zero") or the repeated-call stage's fill ("still hold the poison 8.50706e+37")
+    held = v.detail.partition("hold the poison ")[2].split(" ", 1)[0]
+    assert ("poison large" in v.detail or "poison zero" in v.detail
+            or (held and held.lower() != "nan")), v.detail
 
 
 def test_low_precision_rejected_at_fp32(redteam):
