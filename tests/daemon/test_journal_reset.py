@@ -32,8 +32,11 @@ def test_after_a_reset_through_the_daemon_an_incident_rolls_back_the_new_change(
     assert power_limit_w(sim_host) == 650
     metaltune("sim", "inject", str(sim_host), "xid", "79", env=base_env(tmp_path / "run"))
     wait_for(lambda: power_limit_w(sim_host) == 700, timeout=30, what="the rollback")
-    xid = wait_for(lambda: [i for i in incidents(state) if i["xid"] == 79 and i["action"]],
-                   what="the incident journalled in the new journal")
+    # the incident is journalled "rollback pending" first and its action updated once the
+    # rollback is recorded, which can land just after the power limit is read back
+    xid = wait_for(lambda: [i for i in incidents(state) if i["xid"] == 79
+                            and (i["action"] or "").startswith("rolled back")],
+                   what="the incident journalled in the new journal, rolled back")
     assert xid[0]["txn_id"] == txn and xid[0]["action"].startswith("rolled back"), xid
     assert "StateUnwritable" not in d.log()
     assert d.stop() == 0

@@ -102,11 +102,15 @@ def prepare(wl: Any) -> None:
     if getattr(wl, "check_outputs", False):
         wl.check()
 
+    from tuner.workloads.holistic import size_key
+
     def runners() -> None:
         with torch.no_grad():
             for kind, b, ctx in wl.bench.grid.sizes():
+                wl.bench.at = size_key(kind, b, ctx)  # a failure names its size, as measure's
                 wl.bench.runner(wl.runtime, kind, b, ctx)
-    wl._guarded(runners, lambda: "setup")
+        wl.bench.at = None
+    wl._guarded(runners, lambda: getattr(wl.bench, "at", None) or "setup")
 
 
 def stats(report: dict[str, Any]) -> dict[str, Any]:
