@@ -5,9 +5,9 @@ time limit (a wrong mbarrier protocol hangs rather than errs); (B) every table c
 of h200-mla.json's dense cells, B 5-16 split at 8) timed for gluon_pingpong, gluon_wgmma and the
 shipped tma entry, each output checked against the float64 reference first; (C) the dense
 entries rebuilt from what won at each corner (a change only where it is 3% faster than the
-shipped config measured in this run); (D) the changed entries re-certified by the judge at their
-range ends, midpoints and octave points (redteam_h200._recertify), smallest first, until the
-deadline; entries not certified in time keep their shipped config.
+shipped config measured in this run); (D) the changed entries written as a table of their own
+(OUT/cand) for benchmarks/recertify_tables.py, which certifies them in a second call (its
+`--apply` writes the provenance; 2026-12-03: the certifier this script called is gone).
 
     python3 benchmarks/bench_mla_gluon.py --out DIR [--deadline-s 360]
 
@@ -229,45 +229,22 @@ def phase_c(res, table) -> tuple[dict, list[tuple[dict, list[int]]]]:
     return doc, groups
 
 
-def _cert(path: str, idx: list[int]) -> list[dict]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import redteam_h200
-
-    return redteam_h200._recertify(path, idx)
-
-
 def phase_d(res, doc, changed: list[int], until_s: float, out: Path) -> dict:
-    """Certify the changed entries (smallest B x L first), two at a time, until the deadline;
-    an entry not certified keeps the shipped one (returned doc)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    path = out / "h200-mla.candidate.json"
-    path.write_text(json.dumps(doc, indent=1))
-    order = sorted(changed, key=lambda i: doc["entries"][i]["ranges"]["B"][1]
-                   * doc["entries"][i]["ranges"]["L"][1])
-    ex = cf.ProcessPoolExecutor(max_workers=2, mp_context=mp.get_context("spawn"))
-    futs = {ex.submit(_cert, str(path), [i]): i for i in order}
-    left = max(1.0, until_s - (time.time() - T0))
-    done, pending = cf.wait(futs, timeout=left)
-    rows = []
-    for f in done:
-        try:
-            rows += f.result()
-        except Exception as e:  # noqa: BLE001
-            rows.append({"entry": futs[f], "code": "error", "rule": type(e).__name__,
-                         "detail": str(e)[:300]})
-    for f in pending:
-        rows.append({"entry": futs[f], "code": "not_finished"})
-        f.cancel()
-    ex.shutdown(wait=False, cancel_futures=True)
-    for proc in list(getattr(ex, "_processes", {}).values()):
-        proc.terminate()  # idle workers hold the output pipe open (run 3 ran to its limit)
-    res["recertify"] = sorted(rows, key=lambda r: r.get("entry", 0))
-    good = {r["entry"] for r in rows if r.get("code") == "accepted"}
-    log("phase D", json.dumps([(r.get("entry"), r.get("code"), r.get("rule"),
-                                r.get("n_checked"), r.get("seconds")) for r in res["recertify"]]))
-    return {"good": sorted(good), "pool": ex}
+    """The changed entries as a table of their own (OUT/cand/h200-mla.json) for
+    benchmarks/recertify_tables.py, which certifies them (range ends, midpoints, octave points)
+    in a second call; `--apply` of its run (entry indices mapped back through
+    OUT/cand/changed.json) writes the provenance. Nothing is certified here: the shipped table
+    is written unchanged."""
+    cand = out / "cand"
+    cand.mkdir(exist_ok=True)
+    sub = dict(doc, entries=[doc["entries"][i] for i in changed])
+    (cand / "h200-mla.json").write_text(json.dumps(sub, indent=1))
+    (cand / "changed.json").write_text(json.dumps({"changed": changed}))
+    (out / "h200-mla.candidate.json").write_text(json.dumps(doc, indent=1))
+    res["recertify"] = ("python3 benchmarks/recertify_tables.py --table-dir OUT/cand "
+                        "--tables h200-mla.json --out OUT2")
+    log("phase D: certify with", res["recertify"])
+    return {"good": []}
 
 
 def main() -> int:
@@ -311,7 +288,7 @@ def main() -> int:
     res["certified"] = d["good"]
     (out / "mla-gluon.json").write_text(json.dumps(res, indent=1, default=str))
     log("done")
-    os._exit(0)  # the certification pool may hold workers past the deadline
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ instructions it is written for; on a Hopper GPU, its output against the float64 
 FlashMLA-style inputs (ragged, pages 64 and 16, NaN in every unread row). The H200 timings are in
 benchmarks/results/mla-new-families-h200-2026-12-01-run*.json and mla-gluon-h200-2026-12-01-run3.*."""
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,11 +87,35 @@ for one in (False, True):
     out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
                 "cp_async": ptx.count("cp.async.bulk.tensor"), "shared": ck.metadata.shared,
                 "setmaxnreg": ptx.count("setmaxnreg"), "mbarrier": ptx.count("mbarrier.")})
+def sass_counts(ck):
+    # HGMMA and the waits ptxas put after them, from Triton's own cuobjdump
+    import os, subprocess, tempfile
+    from triton.backends.nvidia import compiler as nv
+    exe = os.path.join(os.path.dirname(nv.get_ptxas(90).path), "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"]); f.flush()
+        sass = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True).stdout
+    return {"hgmma": sass.count("HGMMA"), "depbar": sass.count("WARPGROUP.DEPBAR")}
+# benchmarks/experiments/gluon_ahead.py (issue 35's experiment, not shipped): the same protocol
+# with S issued ahead; no wgmma may stay in flight across a branch (ptxas serializes them all)
+spec = importlib.util.spec_from_file_location("ks_mla_ahead", sys.argv[5])
+amod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(amod)
+ck = triton.compile(gluon._runtime.GluonASTSource(
+    amod._mla_ahead, signature=psig, attrs=pattrs,
+    constexprs={"PAGE": 64, "STAGES": 2, "ONE": False, "PROBE": 0, "num_warps": 4}),
+    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+ptx = ck.asm["ptx"]
+out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
+            "cp_async": ptx.count("cp.async.bulk.tensor"), "shared": ck.metadata.shared,
+            "setmaxnreg": ptx.count("setmaxnreg"), "mbarrier": ptx.count("mbarrier."),
+            **sass_counts(ck)})
 print("TRITON " + triton.__version__)
 print("RESULT " + json.dumps(out))
 """
 PINGPONG_FILE = DENSE.variants["gluon_pingpong"].file
 SPARSE_FILE = get("mla_sparse_decode").variants["gluon_wgmma"].file
+AHEAD_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "gluon_ahead.py"
 
 
 def _gluon_triton() -> tuple[dict, str]:
@@ -127,20 +152,24 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
         pytest.skip(why)
     cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
     r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs),
-                        str(SPARSE_FILE), str(PINGPONG_FILE)],
+                        str(SPARSE_FILE), str(PINGPONG_FILE), str(AHEAD_FILE)],
                        capture_output=True, text=True, env=env, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
     results = json.loads(line[0][7:])
     if "PYTHONPATH" in env and "triton-gluon" in env["PYTHONPATH"]:  # the side install: 3.6
         assert "TRITON 3.6.0" in r.stdout.splitlines(), r.stdout[-500:]
-    assert len(results) == len(cfgs) + 3
-    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one"], results):
+    assert len(results) == len(cfgs) + 4
+    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one", "ahead"], results):
         assert res["sm90a"], cfg
         assert res["wgmma"] > 0 and res["cp_async"] > 0, (cfg, res)
         assert res["shared"] <= 227 * 1024, (cfg, res)  # the ring fits an SM's shared memory
-    for res in results[-2:]:  # partitions with their own register budgets, mbarrier protocol
+    for res in results[-3:]:  # partitions with their own register budgets, mbarrier protocol
         assert res["setmaxnreg"] > 0 and res["mbarrier"] > 0, res
+    # the experiment's S and P V each end in one wait: a few waits in the SASS, not one after
+    # every HGMMA (how ptxas shows a pipeline it serialized: an earlier draft kept S in flight
+    # across an mbarrier wait and had 240 of 240)
+    assert 0 < results[-1]["depbar"] < results[-1]["hgmma"] // 4, results[-1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
