@@ -14,9 +14,11 @@ from typing import Optional
 
 import typer
 
-from tuner.cli.common import invoke, live_help, settings
+from tuner.cli.common import live_help, settings
+from tuner.cli.model_options import search_command
 from tuner.cli.numbers import finite
 from tuner.errors import BadInput
+from tuner.search.options import KernelSearchOptions
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families and stored kernels.",
                          no_args_is_help=True)
@@ -45,17 +47,9 @@ def _device(device: Optional[str]) -> str:
 
 
 def _shape(text: str, family: str) -> tuple:
-    from kernelsearch.families import get
+    from tuner.cli.model_options import PARSERS
 
-    dims = get(family).shape_dims
-    try:
-        vals = tuple(int(v) for v in text.lower().split("x"))
-    except ValueError:
-        vals = ()
-    if len(vals) != len(dims) or min(vals) < 1:
-        raise BadInput(f"--shape {text!r}: expected {'x'.join(dims)} as positive integers "
-                       f"joined by 'x' for {family}")
-    return vals
+    return tuple(PARSERS["shape"][1](text, "--shape", {"family": family}))
 
 
 @kernel_app.command("check")
@@ -200,58 +194,22 @@ def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
               + (f"; to install: {x['install']}" if x["status"] != "present" else ""))
 
 
-def search_kernel_cmd(
-    ctx: typer.Context,
-    family: str = typer.Option(..., "--family", help=FAMILY_HELP),
-    budget: int = typer.Option(20, "--budget", help="Measured configs per shape bucket (llm: trials)."),
-    proposer: str = typer.Option("optuna", "--proposer", help="A proposer (see `metaltune search kernel --help`); llm writes kernel sources."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the proposer."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search shapes on a GPU, its largest tiny shape on the CPU)."),
-    table: Optional[Path] = typer.Option(None, "--table", help="Where to write the dispatch table (JSON)."),
-    incumbent: Optional[Path] = typer.Option(None, "--incumbent", help="llm: the dispatch table a source must beat (default: STATE_DIR/kernels/active.json, the applied profile's, else torch)."),
-    idea: Optional[list[str]] = typer.Option(None, "--idea", help="llm: a direction for the proposer, e.g. 'load the KV once per 32k'; repeatable; recorded in every trial."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="llm: stop once this many tokens were spent."),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="llm: stop once this many dollars were spent."),
-    stop_after: Optional[int] = typer.Option(None, "--stop-after", help="llm: stop after N trials in a row that keep nothing."),
-    model: Optional[str] = typer.Option(None, "--model", help="llm: model id (default METALTUNE_LLM_MODEL or the proposer's default)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="llm: GPU name for the hardware context (default: the device's own)."),
-    model_context: Optional[list[str]] = typer.Option(None, "--model-context", help="llm: model context page, e.g. llama-gqa; repeatable."),
-    diagnosis: Optional[Path] = typer.Option(None, "--diagnosis", help="llm: where the model's time goes, the JSON of `metaltune diagnose --json`."),
-    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before a candidate process is killed."),
-    objective: str = typer.Option("throughput", "--objective", help="throughput | energy | power-capped (recorded with the run and its table; the judge's timing decides per bucket)."),
-    throughput_floor: Optional[float] = typer.Option(None, "--throughput-floor", callback=finite(0.01, 1.0), metavar="FRACTION", help="--objective energy: the least throughput kept, as a fraction of the incumbent's (default 0.95)."),
-    power_budget: Optional[float] = typer.Option(None, "--power-budget", callback=finite(1.0, 100000.0), metavar="W", help="--objective power-capped: the most mean board watts."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
+def _show_kernel_search(res: dict, o: KernelSearchOptions) -> None:
+    if o.proposer == "llm":
+        _print_sources(res)
+    else:
+        _print_buckets(o.family, res)
+
+
+#: its options are KernelSearchOptions' fields (tuner.cli.model_options); run through
+#: tuner.cli.common.invoke: the daemon when one runs, else this process
+search_kernel_cmd = search_command(
+    KernelSearchOptions, "search_kernel", _show_kernel_search,
     """Search a kernel family per shape bucket with a proposer; every candidate is judged by the
     harness in a child process; trials go to the trial store and the winners become a dispatch
     table. `--proposer llm` writes whole kernel sources: each one the judge accepts is stored
     (`metaltune kernel list`) and goes into the table as `src:<sha256>` where it beats the
-    incumbent beyond the noise."""
-    from tuner.cli.search_cmd import objective_args
-
-    if incumbent is not None and not incumbent.is_file():
-        raise BadInput(f"--incumbent {incumbent}: no such file")
-    shapes = [list(_shape(x, _family(family))) for x in shape] if shape else None
-    # the operation checks the rest by its options model (tuner.search.options), here or in the
-    # daemon: names, ranges, the llm-only flags, the objective's arguments
-    args = {"family": family, "budget": budget, "proposer": proposer, "seed": seed,
-            "device": device, "shapes": shapes, "table_out": str(table) if table else None,
-            "timeout_s": timeout_s,
-            "incumbent_table": str(incumbent) if incumbent else None, "ideas": idea,
-            "max_tokens": max_tokens, "max_usd": max_usd, "stop_after": stop_after,
-            "model": model, "gpu": gpu, "models": model_context,
-            "diagnosis": _diagnosis(diagnosis),
-            **objective_args(objective, throughput_floor, power_budget)}
-    res = invoke(settings(ctx), "search_kernel", **{k: v for k, v in args.items()
-                                                     if v is not None})
-    if as_json:
-        print(json.dumps(res, indent=2, default=str))
-    elif proposer == "llm":
-        _print_sources(res)
-    else:
-        _print_buckets(family, res)
+    incumbent beyond the noise.""")
 
 
 def _print_buckets(family: str, res: dict) -> None:
@@ -266,19 +224,6 @@ def _print_buckets(family: str, res: dict) -> None:
                  if best else "no accepted config")
               + f"  [{b['evaluations']} measured, {b['asks']} asked]")
     print(f"run {res['run_id']}: dispatch table with {res['entries']} entries -> {res['table']}")
-
-
-def _diagnosis(path: Optional[Path]) -> Optional[dict]:
-    if path is None:
-        return None
-    from safety.inputs import load_json
-
-    d = load_json(path, f"--diagnosis {path}", error=BadInput)
-    missing = [k for k in ("device", "workload", "findings", "ops") if not isinstance(d, dict) or k not in d]
-    if missing:
-        raise BadInput(f"--diagnosis {path}: expected the JSON of `metaltune diagnose --json` "
-                       f"(missing {', '.join(missing)})")
-    return d
 
 
 def _print_sources(res: dict) -> None:

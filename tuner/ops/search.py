@@ -1,6 +1,7 @@
 """Search operations: "search_host", "search_kernel", "search_mixed" (the daemon runs each in a
-child process). Each is checked by its options model (tuner.search.options) wherever it
-arrives from: the CLI, the socket, the daemon's search child."""
+child process). Each takes its options model (tuner.search.options), built from the arguments
+wherever they arrive from (the socket, the daemon's search child) or built once by the CLI when
+it runs the search in its own process (tuner.ops.registry: `.run`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,17 +12,16 @@ from tuner.search.options import HostSearchOptions, KernelSearchOptions, MixedSe
 
 
 @operation("search_host", options=HostSearchOptions)
-def search_host(settings: Any, **kw: Any) -> dict[str, Any]:
+def search_host(settings: Any, o: HostSearchOptions) -> dict[str, Any]:
     from tuner.search.host.run import run_host_search
 
-    return run_host_search(settings, HostSearchOptions.parse("search_host", kw))
+    return run_host_search(settings, o)
 
 
 @operation("search_kernel", options=KernelSearchOptions)
-def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
+def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
     """Kernel search (tuner/search/kernel.py); proposer "llm": the loop for kernel sources
     (tuner/search/sources.py)."""
-    o = KernelSearchOptions.parse("search_kernel", kw)
     state = Path(settings.state_dir)
     shapes = [tuple(s) for s in o.shapes] if o.shapes else None
     table = Path(o.table_out) if o.table_out else None
@@ -46,8 +46,8 @@ def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
 
 
 @operation("search_mixed", options=MixedSearchOptions)
-def search_mixed(settings: Any, **kw: Any) -> dict[str, Any]:
+def search_mixed(settings: Any, o: MixedSearchOptions) -> dict[str, Any]:
     """Host, runtime and kernel candidates in one search (tuner/search/mixed/run.py)."""
     from tuner.search.mixed.run import run_mixed_search
 
-    return run_mixed_search(settings, MixedSearchOptions.parse("search_mixed", kw))
+    return run_mixed_search(settings, o)
