@@ -1,14 +1,13 @@
 """`metaltune kernel check|families|list|show` and `metaltune search kernel`.
 
-`search kernel` runs the "search_kernel" operation through `tuner.cli.common.invoke` (the daemon
-when one runs, else this process), checked by its options model (tuner.search.options) as the
-socket's arguments are. `kernel check` judges a file of the caller's in this process (the
-judge's child runs it); the others read. torch/triton are imported inside the commands (the CLI
-starts without them)."""
+`search kernel` and `kernel check` run the "search_kernel" and "kernel_check" operations through
+`tuner.cli.common.invoke` (the daemon when one runs, else this process); their options are their
+options models' fields (tuner.cli.model_options), checked by the model as the socket's arguments
+are. `kernel check` reads the candidate file here and passes its text. The others read.
+torch/triton are imported inside the commands (the CLI starts without them)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -16,16 +15,12 @@ import typer
 
 from tuner.cli.common import live_help, settings
 from tuner.cli.model_options import search_command
-from tuner.cli.numbers import finite
 from tuner.errors import BadInput
+from tuner.ops.kernel_check import KernelCheckOptions
 from tuner.search.options import KernelSearchOptions
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families and stored kernels.",
                          no_args_is_help=True)
-#: the --family help until the command line is built (live_help: every family kernelsearch has)
-FAMILY_HELP = "Kernel family (see `metaltune kernel families`)."
-
-
 def _family(name: str) -> str:
     """The options models' family check (tuner.search.options), as a flag's bad input."""
     from tuner.search.options import _family as known
@@ -36,123 +31,47 @@ def _family(name: str) -> str:
         raise BadInput(f"--family: {e}") from None
 
 
-def _device(device: Optional[str]) -> str:
-    if device is None:
-        import torch
+def _show_verdict(res: dict, o: object) -> None:
+    from kernelsearch.harness.verdict import Verdict
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise BadInput(f"--device: expected 'cpu' or 'cuda', got {device!r}")
-    return device
+    from rich.console import Console
+
+    v = Verdict.from_dict(res)
+    c = Console(soft_wrap=True)
+    color = "green" if v.accepted else "red"
+    c.print(f"[{color}]{v.verdict}[/{color}]  stage={v.stage}  code={v.code}"
+            + (f"  rule={v.rule}" if v.rule else "") + f"  ({v.seconds:.1f}s)")
+    if v.detail:
+        c.print(v.detail, markup=False)
+    c.print(f"  on {v.device}: {len(v.checked_shapes)} shapes checked"
+            + (f", {len(v.skipped_shapes)} boundary shapes left to the GPU "
+               f"({', '.join('x'.join(map(str, s)) for s in v.skipped_shapes)})"
+               if v.skipped_shapes else "")
+            + (f"; timed at {', '.join('x'.join(map(str, s)) for s in v.timed_shapes)}"
+               if v.timed_shapes else ""), markup=False)
+    if v.summary.get("timing", "gpu") != "gpu":
+        c.print(f"  timing: {v.summary['timing']}", markup=False)
+    for key, t in v.timings.items():
+        c.print(f"  {key}: median {t['median_us']:.2f} us ({t['mode']}), "
+                f"{t['GBps']:.1f} GB/s, {t['TFLOPs']:.3f} TFLOP/s"
+                + (f", x{t['speedup_vs_torch']:.2f} vs torch" if "speedup_vs_torch" in t else "")
+                + (f", x{t['speedup_vs_library']:.2f} vs {t['library']}"
+                   if "speedup_vs_library" in t else ""))
 
 
-def _shape(text: str, family: str) -> tuple:
-    from tuner.cli.model_options import PARSERS
-
-    return tuple(PARSERS["shape"][1](text, "--shape", {"family": family}))
+def _candidate_name(typed: dict) -> None:
+    typed["name"] = typed["source"]  # the path as typed, before its parser reads the text
 
 
-@kernel_app.command("check")
-def check_cmd(
-    family: str = typer.Option(..., "--family", help=FAMILY_HELP),
-    candidate: Path = typer.Option(..., "--candidate", help="Candidate module (.py) defining forward(...)."),
-    config: Optional[str] = typer.Option(None, "--config", help="JSON object of keyword arguments for forward."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
-    dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="Dtypes to check; repeatable."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape to check and time at, e.g. 4096x8192; repeatable (default: timed at the family's sweep on a GPU, a tiny shape on the CPU)."),
-    graph: bool = typer.Option(False, "--graph", help="Also time inside a CUDA graph and check the replay's outputs (GPU)."),
-    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before the candidate process is killed."),
-    mem_limit_mb: int = typer.Option(6144, "--mem-limit-mb", help="Resident memory limit of the candidate process."),
-    no_timing: bool = typer.Option(False, "--no-timing", help="Stop after correctness."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
+#: its options are KernelCheckOptions' fields (tuner.cli.model_options); the CLI reads the file
+#: (as the invoking user) and runs "kernel_check" on its text through tuner.cli.common.invoke:
+#: the daemon when one runs, else this process
+check_cmd = kernel_app.command("check")(search_command(
+    KernelCheckOptions, "kernel_check", _show_verdict,
     """Judge a candidate: static guard, correctness against the float64 reference, timing (with
     the physical-floor check), in a child process with a timeout and a memory limit.
-    Exit 0 accepted, 1 rejected, 2 bad input."""
-    _family(family)
-    if not os.path.lexists(candidate):
-        raise BadInput(f"--candidate {candidate}: no such file")
-    if candidate.suffix != ".py":
-        raise BadInput(f"--candidate {candidate}: expected a Python module (.py)")
-    from safety.inputs import parse_json, read_text
-
-    # a regular file of UTF-8 text (PEP 3120: Python source is UTF-8), refused in one line before
-    # anything starts: not a FIFO to wait on, not bytes the judge's child would choke on
-    read_text(candidate, f"--candidate {candidate}", error=BadInput)
-    cfg = None
-    if config:
-        cfg = parse_json(config, "--config", BadInput)
-        if not isinstance(cfg, dict):
-            raise BadInput(f"--config: expected a JSON object of keyword arguments, got "
-                           f"{type(cfg).__name__}")
-    dev = _device(device)
-    from kernelsearch.families import get, gluon
-    from kernelsearch.harness import guard
-    from kernelsearch.harness.judge import guard_stage
-
-    source = candidate.read_text(errors="replace")
-    v = None
-    if guard.uses_gluon(source) and gluon.why_not_on(dev):
-        # the guard first, as the judge runs it: a source that breaks it gets its verdict here
-        v = guard_stage(source)
-        if v is None:
-            raise BadInput(f"--candidate {candidate}: a Gluon kernel runs only on an sm_90 GPU: "
-                           f"{gluon.why_not_on(dev)}")
-    fam = get(family)
-    for d in dtype or []:
-        if d not in fam.dtypes:
-            raise BadInput(f"--dtype {d!r}: {family} takes one of {', '.join(fam.dtypes)}")
-    shapes = [_shape(s, family) for s in shape or []]
-    from kernelsearch.harness import check, floor_for
-    from kernelsearch.harness.limits import Limits
-
-    try:  # the sandbox's resource limits, from $KERNELSEARCH_SANDBOX_*
-        limits = Limits.resolve(timeout_s)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-
-    kw = {}
-    if shapes:  # checked (with the tiny shapes on the CPU), timed, and their largest dims covered
-        kw["shapes"] = shapes + [tuple(s) for s in (fam.tiny_shapes if dev == "cpu" else [])]
-        kw["timing_shapes"] = shapes
-    from kernelsearch.families import library
-
-    lib = library.shipped(fam, source)
-    if lib is not None:  # a shipped library wrapper: judged in the judge's library mode
-        kw["library"] = lib.library
-    if v is None:
-        v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s,
-                  mem_limit_mb=mem_limit_mb, dtypes=list(dtype) if dtype else None,
-                  timing=not no_timing, graph=graph, ceilings=floor_for(dev), limits=limits, **kw)
-    if as_json:
-        print(json.dumps(dict(v.to_dict(), family=family, candidate=str(candidate),
-                              device=v.device or ("cpu-interpreter" if dev == "cpu" else dev)),
-                         indent=2))
-    else:
-        from rich.console import Console
-
-        c = Console(soft_wrap=True)
-        color = "green" if v.accepted else "red"
-        c.print(f"[{color}]{v.verdict}[/{color}]  stage={v.stage}  code={v.code}"
-                + (f"  rule={v.rule}" if v.rule else "") + f"  ({v.seconds:.1f}s)")
-        if v.detail:
-            c.print(v.detail, markup=False)
-        c.print(f"  on {v.device}: {len(v.checked_shapes)} shapes checked"
-                + (f", {len(v.skipped_shapes)} boundary shapes left to the GPU "
-                   f"({', '.join('x'.join(map(str, s)) for s in v.skipped_shapes)})"
-                   if v.skipped_shapes else "")
-                + (f"; timed at {', '.join('x'.join(map(str, s)) for s in v.timed_shapes)}"
-                   if v.timed_shapes else ""), markup=False)
-        if v.summary.get("timing", "gpu") != "gpu":
-            c.print(f"  timing: {v.summary['timing']}", markup=False)
-        for key, t in v.timings.items():
-            c.print(f"  {key}: median {t['median_us']:.2f} us ({t['mode']}), "
-                    f"{t['GBps']:.1f} GB/s, {t['TFLOPs']:.3f} TFLOP/s"
-                    + (f", x{t['speedup_vs_torch']:.2f} vs torch" if "speedup_vs_torch" in t else "")
-                    + (f", x{t['speedup_vs_library']:.2f} vs {t['library']}"
-                       if "speedup_vs_library" in t else ""))
-    if not v.accepted:
-        raise typer.Exit(1)
+    Exit 0 accepted, 1 rejected, 2 bad input.""",
+    prepare=_candidate_name, failed=lambda res: res.get("verdict") != "accepted"))
 
 
 @kernel_app.command("families")

@@ -10,7 +10,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    op, args = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
+    # "-": the arguments on stdin (a candidate's source may exceed one argv string)
+    raw = sys.stdin.read() if argv[1:] == ["-"] else argv[1] if len(argv) > 1 else "{}"
+    op, args = argv[0], json.loads(raw)
     os.environ.setdefault("METALTUNE_NO_DAEMON", "1")
     # SIGTERM from the daemon: unwind normally so open transactions roll back in `finally`
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -79,11 +79,37 @@ _WORKLOAD_HELP = ("sim | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=
 _METRIC_HELP = "For cmd: regex with one group, higher is better."
 
 
-class SearchOptions(BaseModel):
+class CliOptions(BaseModel):
+    """An operation's options that are also a command's: strict, frozen, FLAGS from the fields."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, hide_input_in_errors=True,
                               frozen=True)
     #: field -> the CLI flag a user typed it as (for messages); from each field's cli(...)
     FLAGS: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kw: Any) -> None:
+        super().__pydantic_init_subclass__(**kw)
+        cls.FLAGS = {n: f for n, fld in cls.model_fields.items() if (f := flag_of(fld))}
+
+    @classmethod
+    def parse(cls, op: str, args: dict[str, Any]) -> Any:
+        """The options, or BadInput naming the operation, the field (and its flag) and what was
+        expected; the value is never echoed (an argument may hold a secret)."""
+        try:
+            return cls.model_validate(args)
+        except ValidationError as e:
+            raise BadInput(f"{op}: {first_error(e, unknown='unknown argument', names=cls.FLAGS, top='', label='argument')}") from None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in type(self).model_fields}
+
+    def sent(self) -> dict[str, Any]:
+        """The arguments as the daemon's socket takes them: JSON values, the defaults left out
+        (so a daemon without a newer field still answers a call that leaves it alone)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+class SearchOptions(CliOptions):
 
     budget: int = Field(20, ge=1, description="Trials to run.", json_schema_extra=cli("--budget", "N"))
     proposer: str = Field("random", description="The proposer (see this command's --help).",
@@ -103,11 +129,6 @@ class SearchOptions(BaseModel):
         description="--objective power-capped: the most mean board watts (and power limit) per "
                     "GPU.")
 
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kw: Any) -> None:
-        super().__pydantic_init_subclass__(**kw)
-        cls.FLAGS = {n: f for n, fld in cls.model_fields.items() if (f := flag_of(fld))}
-
     @field_validator("proposer")
     @classmethod
     def _check_proposer(cls, v: str) -> str:
@@ -122,23 +143,6 @@ class SearchOptions(BaseModel):
         if self.objective == "power-capped" and self.power_budget_w is None:
             raise ValueError("--power-budget: required with --objective power-capped")
         return self
-
-    @classmethod
-    def parse(cls, op: str, args: dict[str, Any]) -> "SearchOptions":
-        """The options, or BadInput naming the operation, the field (and its flag) and what was
-        expected; the value is never echoed (an argument may hold a secret)."""
-        try:
-            return cls.model_validate(args)
-        except ValidationError as e:
-            raise BadInput(f"{op}: {first_error(e, unknown='unknown argument', names=cls.FLAGS, top='', label='argument')}") from None
-
-    def kwargs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in type(self).model_fields}
-
-    def sent(self) -> dict[str, Any]:
-        """The arguments as the daemon's socket takes them: JSON values, the defaults left out
-        (so a daemon without a newer field still answers a search that leaves it alone)."""
-        return self.model_dump(mode="json", exclude_defaults=True)
 
 
 class HostSearchOptions(SearchOptions):
