@@ -132,6 +132,10 @@ search_kernel_cmd = search_command(
 
 
 def _print_buckets(family: str, res: dict) -> None:
+    for t in res.get("trial_log", []):  # one line per trial, then one per bucket
+        obj = f"{t['time_us']:.2f} us" if t["time_us"] else "-"
+        print(f"  [{t['bucket']}] #{t['number']} {t['variant']} {json.dumps(t['config'])}: "
+              f"{t['verdict']}/{t['reason']} {obj}")
     for b in res["buckets"]:
         best = b["best"]
         print(f"{family} {'x'.join(map(str, b['shape']))}: "

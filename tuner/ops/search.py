@@ -37,12 +37,22 @@ def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
             **({"model": o.model} if o.model else {}))
     from tuner.search.kernel import run_kernel_search
 
-    return run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
-                             device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
-                             timeout_s=o.timeout_s, objective={
-                                 k: getattr(o, k) for k in ("objective", "throughput_floor",
-                                                            "power_budget_w")
-                                 if getattr(o, k) is not None})
+    trials: list[dict[str, Any]] = []
+    res = run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
+                            device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
+                            timeout_s=o.timeout_s, on_trial=lambda t: trials.append(_brief(t)),
+                            objective={k: getattr(o, k) for k in ("objective", "throughput_floor",
+                                                                  "power_budget_w")
+                                       if getattr(o, k) is not None})
+    return {**res, "trial_log": trials}
+
+
+def _brief(t: Any) -> dict[str, Any]:
+    """One trial of a kernel search as the CLI prints it (the store has the whole record)."""
+    k = t.candidate.kernel
+    return {"bucket": k.shape_bucket, "number": t.number, "variant": k.variant,
+            "config": k.config, "verdict": str(t.verdict), "reason": t.reason,
+            "time_us": 1e6 / t.objective if t.objective else None}
 
 
 @operation("search_mixed", options=MixedSearchOptions)
