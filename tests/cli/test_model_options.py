@@ -67,7 +67,7 @@ class _Plus(HostSearchOptions):
 
 
 def _app_of(model):
-    from tuner.cli.model_options import search_command
+    from tuner.cli.model_options import model_command
     from tuner.ops.settings import Settings
 
     shown = []
@@ -77,7 +77,7 @@ def _app_of(model):
     def _root(ctx: typer.Context) -> None:
         ctx.obj = Settings(state_dir="/nonexistent", backend=None, sim_root=None)
 
-    a.command("plus")(search_command(model, "search_host", lambda res, o: shown.append(o),
+    a.command("plus")(model_command(model, "search_host", lambda res, o: shown.append(o),
                                      "A search with more options."))
     return a, shown
 

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from tuner.cli.common import live_help, settings
-from tuner.cli.model_options import search_command
+from tuner.cli.model_options import model_command
 from tuner.errors import BadInput
 from tuner.ops.kernel_check import KernelCheckOptions
 from tuner.search.options import KernelSearchOptions
@@ -66,7 +66,7 @@ def _candidate_name(typed: dict) -> None:
 #: its options are KernelCheckOptions' fields (tuner.cli.model_options); the CLI reads the file
 #: (as the invoking user) and runs "kernel_check" on its text through tuner.cli.common.invoke:
 #: the daemon when one runs, else this process
-check_cmd = kernel_app.command("check")(search_command(
+check_cmd = kernel_app.command("check")(model_command(
     KernelCheckOptions, "kernel_check", _show_verdict,
     """Judge a candidate: static guard, correctness against the float64 reference, timing (with
     the physical-floor check), in a child process with a timeout and a memory limit.
@@ -122,7 +122,7 @@ def _show_kernel_search(res: dict, o: KernelSearchOptions) -> None:
 
 #: its options are KernelSearchOptions' fields (tuner.cli.model_options); run through
 #: tuner.cli.common.invoke: the daemon when one runs, else this process
-search_kernel_cmd = search_command(
+search_kernel_cmd = model_command(
     KernelSearchOptions, "search_kernel", _show_kernel_search,
     """Search a kernel family per shape bucket with a proposer; every candidate is judged by the
     harness in a child process; trials go to the trial store and the winners become a dispatch

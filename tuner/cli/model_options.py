@@ -94,12 +94,18 @@ def _meta(field: Any) -> dict[str, Any]:
 
 
 def _bounds(field: Any) -> tuple[Optional[float], Optional[float]]:
+    """The field's range; a strict bound as inclusive (finite() lets it in, the model refuses
+    it with its own message)."""
     lo = hi = None
     for m in field.metadata:
-        if isinstance(m, (annotated_types.Ge, annotated_types.Gt)):
-            lo = float(getattr(m, "ge", getattr(m, "gt", 0)))  # > lo: the model refuses lo
-        if isinstance(m, (annotated_types.Le, annotated_types.Lt)):
-            hi = float(getattr(m, "le", getattr(m, "lt", 0)))
+        if isinstance(m, annotated_types.Ge):
+            lo = m.ge
+        elif isinstance(m, annotated_types.Gt):
+            lo = m.gt
+        elif isinstance(m, annotated_types.Le):
+            hi = m.le
+        elif isinstance(m, annotated_types.Lt):
+            hi = m.lt
     return lo, hi
 
 
@@ -158,7 +164,7 @@ def options_from(model: type, op: str, typed: dict[str, Any]) -> Any:
     return model.parse(op, {k: v for k, v in values.items() if k in model.model_fields})
 
 
-def search_command(model: type, op: str, show: Callable[[dict[str, Any], Any], None],
+def model_command(model: type, op: str, show: Callable[[dict[str, Any], Any], None],
                    doc: str, prepare: Optional[Callable[[dict[str, Any]], None]] = None,
                    failed: Callable[[dict[str, Any]], bool] = lambda res: False
                    ) -> Callable[..., None]:

@@ -7,7 +7,7 @@ import json
 import typer
 
 from tuner.cli.common import live_help
-from tuner.cli.model_options import search_command
+from tuner.cli.model_options import model_command
 from tuner.search.options import HostSearchOptions, MixedSearchOptions
 
 search_app = typer.Typer(help="Run a verified search.", no_args_is_help=True)
@@ -19,7 +19,7 @@ def _show_host(res: dict, o: object) -> None:
 
 # the options are the models' fields (tuner.cli.model_options): through the daemon when one runs
 # (it holds the writer lock and starts the search in a child process); otherwise in this process
-search_host_cmd = search_app.command("host")(search_command(
+search_host_cmd = search_app.command("host")(model_command(
     HostSearchOptions, "search_host", _show_host,
     """Search host settings: propose (inside the policy), gate, apply in a safety transaction,
     A/B against the incumbent, keep or roll back."""))
@@ -63,7 +63,7 @@ def _show_mixed(res: dict, o: object) -> None:
     con.print(f"dispatch table ({res['table_entries']} entries) -> {res['table']}")
 
 
-search_mixed_cmd = search_app.command("mixed")(search_command(
+search_mixed_cmd = search_app.command("mixed")(model_command(
     MixedSearchOptions, "search_mixed", _show_mixed,
     """Search host settings, runtime settings and kernel choices together: each candidate is
     gated (policy, kernel judge), applied (host in a safety transaction, kernels in the dispatch
