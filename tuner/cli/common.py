@@ -33,16 +33,13 @@ def invoke(settings: Settings, name: str, options: Any = None, **kwargs: Any) ->
         res = try_call(name, kwargs)
         if res is not None:
             return res
-    from tuner.ops.args import validate
+    from tuner.ops.args import call
 
     fn = ops.get(name)
-    model = getattr(fn, "options", None)
-    if options is None and model is not None:
-        options = model.parse(name, kwargs)
     try:
         if options is not None:
             return fn.run(settings, options)  # type: ignore[attr-defined]
-        return fn(settings, **validate(name, fn, kwargs))
+        return call(name, fn, settings, kwargs)
     except OSError as e:
         # a state dir that is read-only or full, a file that vanished: the OS's reason, one line
         from tuner.errors import OperationFailed

@@ -25,10 +25,9 @@ def main(argv: list[str]) -> int:
     settings = Settings(state_dir=Path(os.environ.get("METALTUNE_STATE_DIR", "/var/lib/metaltune")),
                         backend=os.environ.get("METALTUNE_BACKEND"), sim_root=Path(sim) if sim else None)
     try:
-        from tuner.ops.args import validate
+        from tuner.ops.args import call
 
-        fn = ops.get(op)
-        res = fn(settings, **validate(op, fn, args))
+        res = call(op, ops.get(op), settings, args)
         out, code = res, 0
     except KeyboardInterrupt:
         out, code = {"ok": False, "error": "stopped", "exit_code": 1}, 1

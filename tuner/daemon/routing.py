@@ -19,7 +19,7 @@ from tuner.daemon import child_reads, logs
 from tuner.daemon.child_reads import CHILD_READS
 from tuner.daemon.searches import SEARCH_OPS, brief
 from tuner.errors import BadInput, MetaltuneError, OperationFailed
-from tuner.ops.args import validate
+from tuner.ops.args import call, validate
 
 #: how long a write request waits for another write (or a search) before "busy"
 WRITE_WAIT_S = 30.0
@@ -55,7 +55,7 @@ class Router:
         if op in CHILD_READS:  # heavy imports: in a child, the daemon stays small
             return child_reads.run(op, validate(op, fn, args))
         if op in ops.reads():
-            res = fn(self.settings(), **validate(op, fn, args))
+            res = call(op, fn, self.settings(), args)
             if op == "status" and isinstance(res, dict):
                 res = {**res, "daemon": self.info()}
             return res
@@ -87,7 +87,7 @@ class Router:
         try:
             logs.log("request", op=op, uid=peer.uid, pid=peer.pid, args=brief(args))
             try:
-                res = fn(self.settings(), **validate(op, fn, args))
+                res = call(op, fn, self.settings(), args)
             except Exception as e:
                 self.changed()
                 logs.log("request.failed", level="warning", op=op, error=f"{type(e).__name__}: {e}")
