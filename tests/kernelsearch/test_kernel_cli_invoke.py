@@ -4,6 +4,7 @@ checked by the operation's options model either way, the objective with them."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -44,3 +45,21 @@ def test_the_operation_records_the_objective_it_is_given(tmp_path):
     with TrialStore.in_state_dir(tmp_path / "state") as st:
         (run,) = [r for r in st.runs() if r["id"] == res["run_id"]]
     assert run["meta"]["objective"] == "energy", run["meta"]
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_search_kernel_prints_one_line_per_trial_then_the_buckets(capsys):
+    """The plain output (not --json) names every trial as it did when the CLI ran the search
+    itself: bucket, number, variant, config, verdict/reason and time; then each bucket."""
+    rc, out, err = run_cli(capsys, "search", "kernel", "--family", "swiglu", "--budget", "2",
+                           "--proposer", "random", "--device", "cpu", "--shape", "3x17")
+    assert rc == 0, err
+    lines = out.splitlines()
+    trials = [ln for ln in lines if ln.startswith("  [")]
+    assert len(trials) >= 2, out  # 2 measured (and any rejected asks)
+    for ln in trials:
+        assert re.fullmatch(r"  \[\S+\] #\d+ \w+ \{.*\}: \w+/\w+ (\d+\.\d\d us|-)", ln), ln
+    assert any(re.search(r"kept/\w+ \d+\.\d\d us$", ln) for ln in trials), trials
+    (bucket,) = [ln for ln in lines if ln.startswith("swiglu 3x17: ")]
+    assert lines.index(bucket) > lines.index(trials[-1])
+    assert "2 measured" in bucket and lines[-1].startswith("run ")

@@ -16,22 +16,30 @@ def settings(ctx: typer.Context) -> Settings:
     return obj
 
 
-def invoke(settings: Settings, name: str, **kwargs: Any) -> dict[str, Any]:
+def invoke(settings: Settings, name: str, options: Any = None, **kwargs: Any) -> dict[str, Any]:
     """Run operation `name` through the daemon when one is running (its control socket exists
-    under the run dir: the daemon holds the writer lock and the monitors), else locally."""
+    under the run dir: the daemon holds the writer lock and the monitors), else locally.
+
+    `options`: the operation's options model, built by the caller (a search command): the
+    daemon gets its arguments as JSON and builds its own; here it runs as built, once."""
     from tuner import ops
 
-    if not kwargs.pop("local", False):
+    local = kwargs.pop("local", False)
+    if options is not None:
+        kwargs = options.sent()
+    if not local:
         from tuner.daemon.client import try_call
 
         res = try_call(name, kwargs)
         if res is not None:
             return res
-    from tuner.ops.args import validate
+    from tuner.ops.args import call
 
     fn = ops.get(name)
     try:
-        return fn(settings, **validate(name, fn, kwargs))
+        if options is not None:
+            return fn.run(settings, options)  # type: ignore[attr-defined]
+        return call(name, fn, settings, kwargs)
     except OSError as e:
         # a state dir that is read-only or full, a file that vanished: the OS's reason, one line
         from tuner.errors import OperationFailed

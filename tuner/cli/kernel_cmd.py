@@ -1,29 +1,26 @@
 """`metaltune kernel check|families|list|show` and `metaltune search kernel`.
 
-`search kernel` runs the "search_kernel" operation through `tuner.cli.common.invoke` (the daemon
-when one runs, else this process), checked by its options model (tuner.search.options) as the
-socket's arguments are. `kernel check` judges a file of the caller's in this process (the
-judge's child runs it); the others read. torch/triton are imported inside the commands (the CLI
-starts without them)."""
+`search kernel` and `kernel check` run the "search_kernel" and "kernel_check" operations through
+`tuner.cli.common.invoke` (the daemon when one runs, else this process); their options are their
+options models' fields (tuner.cli.model_options), checked by the model as the socket's arguments
+are. `kernel check` reads the candidate file here and passes its text. The others read.
+torch/triton are imported inside the commands (the CLI starts without them)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from tuner.cli.common import invoke, live_help, settings
-from tuner.cli.numbers import finite
+from tuner.cli.common import live_help, settings
+from tuner.cli.model_options import model_command
 from tuner.errors import BadInput
+from tuner.ops.kernel_check import KernelCheckOptions
+from tuner.search.options import KernelSearchOptions
 
 kernel_app = typer.Typer(help="Check kernel candidates; list kernel families and stored kernels.",
                          no_args_is_help=True)
-#: the --family help until the command line is built (live_help: every family kernelsearch has)
-FAMILY_HELP = "Kernel family (see `metaltune kernel families`)."
-
-
 def _family(name: str) -> str:
     """The options models' family check (tuner.search.options), as a flag's bad input."""
     from tuner.search.options import _family as known
@@ -34,131 +31,47 @@ def _family(name: str) -> str:
         raise BadInput(f"--family: {e}") from None
 
 
-def _device(device: Optional[str]) -> str:
-    if device is None:
-        import torch
+def _show_verdict(res: dict, o: object) -> None:
+    from kernelsearch.harness.verdict import Verdict
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda"):
-        raise BadInput(f"--device: expected 'cpu' or 'cuda', got {device!r}")
-    return device
+    from rich.console import Console
+
+    v = Verdict.from_dict(res)
+    c = Console(soft_wrap=True)
+    color = "green" if v.accepted else "red"
+    c.print(f"[{color}]{v.verdict}[/{color}]  stage={v.stage}  code={v.code}"
+            + (f"  rule={v.rule}" if v.rule else "") + f"  ({v.seconds:.1f}s)")
+    if v.detail:
+        c.print(v.detail, markup=False)
+    c.print(f"  on {v.device}: {len(v.checked_shapes)} shapes checked"
+            + (f", {len(v.skipped_shapes)} boundary shapes left to the GPU "
+               f"({', '.join('x'.join(map(str, s)) for s in v.skipped_shapes)})"
+               if v.skipped_shapes else "")
+            + (f"; timed at {', '.join('x'.join(map(str, s)) for s in v.timed_shapes)}"
+               if v.timed_shapes else ""), markup=False)
+    if v.summary.get("timing", "gpu") != "gpu":
+        c.print(f"  timing: {v.summary['timing']}", markup=False)
+    for key, t in v.timings.items():
+        c.print(f"  {key}: median {t['median_us']:.2f} us ({t['mode']}), "
+                f"{t['GBps']:.1f} GB/s, {t['TFLOPs']:.3f} TFLOP/s"
+                + (f", x{t['speedup_vs_torch']:.2f} vs torch" if "speedup_vs_torch" in t else "")
+                + (f", x{t['speedup_vs_library']:.2f} vs {t['library']}"
+                   if "speedup_vs_library" in t else ""))
 
 
-def _shape(text: str, family: str) -> tuple:
-    from kernelsearch.families import get
-
-    dims = get(family).shape_dims
-    try:
-        vals = tuple(int(v) for v in text.lower().split("x"))
-    except ValueError:
-        vals = ()
-    if len(vals) != len(dims) or min(vals) < 1:
-        raise BadInput(f"--shape {text!r}: expected {'x'.join(dims)} as positive integers "
-                       f"joined by 'x' for {family}")
-    return vals
+def _candidate_name(typed: dict) -> None:
+    typed["name"] = typed["source"]  # the path as typed, before its parser reads the text
 
 
-@kernel_app.command("check")
-def check_cmd(
-    family: str = typer.Option(..., "--family", help=FAMILY_HELP),
-    candidate: Path = typer.Option(..., "--candidate", help="Candidate module (.py) defining forward(...)."),
-    config: Optional[str] = typer.Option(None, "--config", help="JSON object of keyword arguments for forward."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
-    dtype: Optional[list[str]] = typer.Option(None, "--dtype", help="Dtypes to check; repeatable."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape to check and time at, e.g. 4096x8192; repeatable (default: timed at the family's sweep on a GPU, a tiny shape on the CPU)."),
-    graph: bool = typer.Option(False, "--graph", help="Also time inside a CUDA graph and check the replay's outputs (GPU)."),
-    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before the candidate process is killed."),
-    mem_limit_mb: int = typer.Option(6144, "--mem-limit-mb", help="Resident memory limit of the candidate process."),
-    no_timing: bool = typer.Option(False, "--no-timing", help="Stop after correctness."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
+#: its options are KernelCheckOptions' fields (tuner.cli.model_options); the CLI reads the file
+#: (as the invoking user) and runs "kernel_check" on its text through tuner.cli.common.invoke:
+#: the daemon when one runs, else this process
+check_cmd = kernel_app.command("check")(model_command(
+    KernelCheckOptions, "kernel_check", _show_verdict,
     """Judge a candidate: static guard, correctness against the float64 reference, timing (with
     the physical-floor check), in a child process with a timeout and a memory limit.
-    Exit 0 accepted, 1 rejected, 2 bad input."""
-    _family(family)
-    if not os.path.lexists(candidate):
-        raise BadInput(f"--candidate {candidate}: no such file")
-    if candidate.suffix != ".py":
-        raise BadInput(f"--candidate {candidate}: expected a Python module (.py)")
-    from safety.inputs import parse_json, read_text
-
-    # a regular file of UTF-8 text (PEP 3120: Python source is UTF-8), refused in one line before
-    # anything starts: not a FIFO to wait on, not bytes the judge's child would choke on
-    read_text(candidate, f"--candidate {candidate}", error=BadInput)
-    cfg = None
-    if config:
-        cfg = parse_json(config, "--config", BadInput)
-        if not isinstance(cfg, dict):
-            raise BadInput(f"--config: expected a JSON object of keyword arguments, got "
-                           f"{type(cfg).__name__}")
-    dev = _device(device)
-    from kernelsearch.families import get, gluon
-    from kernelsearch.harness import guard
-    from kernelsearch.harness.judge import guard_stage
-
-    source = candidate.read_text(errors="replace")
-    v = None
-    if guard.uses_gluon(source) and gluon.why_not_on(dev):
-        # the guard first, as the judge runs it: a source that breaks it gets its verdict here
-        v = guard_stage(source)
-        if v is None:
-            raise BadInput(f"--candidate {candidate}: a Gluon kernel runs only on an sm_90 GPU: "
-                           f"{gluon.why_not_on(dev)}")
-    fam = get(family)
-    for d in dtype or []:
-        if d not in fam.dtypes:
-            raise BadInput(f"--dtype {d!r}: {family} takes one of {', '.join(fam.dtypes)}")
-    shapes = [_shape(s, family) for s in shape or []]
-    from kernelsearch.harness import check, floor_for
-    from kernelsearch.harness.limits import Limits
-
-    try:  # the sandbox's resource limits, from $KERNELSEARCH_SANDBOX_*
-        limits = Limits.resolve(timeout_s)
-    except ValueError as e:
-        raise BadInput(str(e)) from None
-
-    kw = {}
-    if shapes:  # checked (with the tiny shapes on the CPU), timed, and their largest dims covered
-        kw["shapes"] = shapes + [tuple(s) for s in (fam.tiny_shapes if dev == "cpu" else [])]
-        kw["timing_shapes"] = shapes
-    from kernelsearch.families import library
-
-    lib = library.shipped(fam, source)
-    if lib is not None:  # a shipped library wrapper: judged in the judge's library mode
-        kw["library"] = lib.library
-    if v is None:
-        v = check(family, candidate, cfg, device=dev, timeout_s=timeout_s,
-                  mem_limit_mb=mem_limit_mb, dtypes=list(dtype) if dtype else None,
-                  timing=not no_timing, graph=graph, ceilings=floor_for(dev), limits=limits, **kw)
-    if as_json:
-        print(json.dumps(dict(v.to_dict(), family=family, candidate=str(candidate),
-                              device=v.device or ("cpu-interpreter" if dev == "cpu" else dev)),
-                         indent=2))
-    else:
-        from rich.console import Console
-
-        c = Console(soft_wrap=True)
-        color = "green" if v.accepted else "red"
-        c.print(f"[{color}]{v.verdict}[/{color}]  stage={v.stage}  code={v.code}"
-                + (f"  rule={v.rule}" if v.rule else "") + f"  ({v.seconds:.1f}s)")
-        if v.detail:
-            c.print(v.detail, markup=False)
-        c.print(f"  on {v.device}: {len(v.checked_shapes)} shapes checked"
-                + (f", {len(v.skipped_shapes)} boundary shapes left to the GPU "
-                   f"({', '.join('x'.join(map(str, s)) for s in v.skipped_shapes)})"
-                   if v.skipped_shapes else "")
-                + (f"; timed at {', '.join('x'.join(map(str, s)) for s in v.timed_shapes)}"
-                   if v.timed_shapes else ""), markup=False)
-        if v.summary.get("timing", "gpu") != "gpu":
-            c.print(f"  timing: {v.summary['timing']}", markup=False)
-        for key, t in v.timings.items():
-            c.print(f"  {key}: median {t['median_us']:.2f} us ({t['mode']}), "
-                    f"{t['GBps']:.1f} GB/s, {t['TFLOPs']:.3f} TFLOP/s"
-                    + (f", x{t['speedup_vs_torch']:.2f} vs torch" if "speedup_vs_torch" in t else "")
-                    + (f", x{t['speedup_vs_library']:.2f} vs {t['library']}"
-                       if "speedup_vs_library" in t else ""))
-    if not v.accepted:
-        raise typer.Exit(1)
+    Exit 0 accepted, 1 rejected, 2 bad input.""",
+    prepare=_candidate_name, failed=lambda res: res.get("verdict") != "accepted"))
 
 
 @kernel_app.command("families")
@@ -200,61 +113,29 @@ def families_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.
               + (f"; to install: {x['install']}" if x["status"] != "present" else ""))
 
 
-def search_kernel_cmd(
-    ctx: typer.Context,
-    family: str = typer.Option(..., "--family", help=FAMILY_HELP),
-    budget: int = typer.Option(20, "--budget", help="Measured configs per shape bucket (llm: trials)."),
-    proposer: str = typer.Option("optuna", "--proposer", help="A proposer (see `metaltune search kernel --help`); llm writes kernel sources."),
-    seed: int = typer.Option(0, "--seed", help="Seed for the proposer."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu (Triton interpreter) or cuda; default: cuda if present."),
-    shape: Optional[list[str]] = typer.Option(None, "--shape", help="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search shapes on a GPU, its largest tiny shape on the CPU)."),
-    table: Optional[Path] = typer.Option(None, "--table", help="Where to write the dispatch table (JSON)."),
-    incumbent: Optional[Path] = typer.Option(None, "--incumbent", help="llm: the dispatch table a source must beat (default: STATE_DIR/kernels/active.json, the applied profile's, else torch)."),
-    idea: Optional[list[str]] = typer.Option(None, "--idea", help="llm: a direction for the proposer, e.g. 'load the KV once per 32k'; repeatable; recorded in every trial."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="llm: stop once this many tokens were spent."),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="llm: stop once this many dollars were spent."),
-    stop_after: Optional[int] = typer.Option(None, "--stop-after", help="llm: stop after N trials in a row that keep nothing."),
-    model: Optional[str] = typer.Option(None, "--model", help="llm: model id (default METALTUNE_LLM_MODEL or the proposer's default)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="llm: GPU name for the hardware context (default: the device's own)."),
-    model_context: Optional[list[str]] = typer.Option(None, "--model-context", help="llm: model context page, e.g. llama-gqa; repeatable."),
-    diagnosis: Optional[Path] = typer.Option(None, "--diagnosis", help="llm: where the model's time goes, the JSON of `metaltune diagnose --json`."),
-    timeout_s: float = typer.Option(300.0, "--timeout", callback=finite(0.1, 86400), help="Seconds before a candidate process is killed."),
-    objective: str = typer.Option("throughput", "--objective", help="throughput | energy | power-capped (recorded with the run and its table; the judge's timing decides per bucket)."),
-    throughput_floor: Optional[float] = typer.Option(None, "--throughput-floor", callback=finite(0.01, 1.0), metavar="FRACTION", help="--objective energy: the least throughput kept, as a fraction of the incumbent's (default 0.95)."),
-    power_budget: Optional[float] = typer.Option(None, "--power-budget", callback=finite(1.0, 100000.0), metavar="W", help="--objective power-capped: the most mean board watts."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
+def _show_kernel_search(res: dict, o: KernelSearchOptions) -> None:
+    if o.proposer == "llm":
+        _print_sources(res)
+    else:
+        _print_buckets(o.family, res)
+
+
+#: its options are KernelSearchOptions' fields (tuner.cli.model_options); run through
+#: tuner.cli.common.invoke: the daemon when one runs, else this process
+search_kernel_cmd = model_command(
+    KernelSearchOptions, "search_kernel", _show_kernel_search,
     """Search a kernel family per shape bucket with a proposer; every candidate is judged by the
     harness in a child process; trials go to the trial store and the winners become a dispatch
     table. `--proposer llm` writes whole kernel sources: each one the judge accepts is stored
     (`metaltune kernel list`) and goes into the table as `src:<sha256>` where it beats the
-    incumbent beyond the noise."""
-    from tuner.cli.search_cmd import objective_args
-
-    if incumbent is not None and not incumbent.is_file():
-        raise BadInput(f"--incumbent {incumbent}: no such file")
-    shapes = [list(_shape(x, _family(family))) for x in shape] if shape else None
-    # the operation checks the rest by its options model (tuner.search.options), here or in the
-    # daemon: names, ranges, the llm-only flags, the objective's arguments
-    args = {"family": family, "budget": budget, "proposer": proposer, "seed": seed,
-            "device": device, "shapes": shapes, "table_out": str(table) if table else None,
-            "timeout_s": timeout_s,
-            "incumbent_table": str(incumbent) if incumbent else None, "ideas": idea,
-            "max_tokens": max_tokens, "max_usd": max_usd, "stop_after": stop_after,
-            "model": model, "gpu": gpu, "models": model_context,
-            "diagnosis": _diagnosis(diagnosis),
-            **objective_args(objective, throughput_floor, power_budget)}
-    res = invoke(settings(ctx), "search_kernel", **{k: v for k, v in args.items()
-                                                     if v is not None})
-    if as_json:
-        print(json.dumps(res, indent=2, default=str))
-    elif proposer == "llm":
-        _print_sources(res)
-    else:
-        _print_buckets(family, res)
+    incumbent beyond the noise.""")
 
 
 def _print_buckets(family: str, res: dict) -> None:
+    for t in res.get("trial_log", []):  # one line per trial, then one per bucket
+        obj = f"{t['time_us']:.2f} us" if t["time_us"] else "-"
+        print(f"  [{t['bucket']}] #{t['number']} {t['variant']} {json.dumps(t['config'])}: "
+              f"{t['verdict']}/{t['reason']} {obj}")
     for b in res["buckets"]:
         best = b["best"]
         print(f"{family} {'x'.join(map(str, b['shape']))}: "
@@ -266,19 +147,6 @@ def _print_buckets(family: str, res: dict) -> None:
                  if best else "no accepted config")
               + f"  [{b['evaluations']} measured, {b['asks']} asked]")
     print(f"run {res['run_id']}: dispatch table with {res['entries']} entries -> {res['table']}")
-
-
-def _diagnosis(path: Optional[Path]) -> Optional[dict]:
-    if path is None:
-        return None
-    from safety.inputs import load_json
-
-    d = load_json(path, f"--diagnosis {path}", error=BadInput)
-    missing = [k for k in ("device", "workload", "findings", "ops") if not isinstance(d, dict) or k not in d]
-    if missing:
-        raise BadInput(f"--diagnosis {path}: expected the JSON of `metaltune diagnose --json` "
-                       f"(missing {', '.join(missing)})")
-    return d
 
 
 def _print_sources(res: dict) -> None:

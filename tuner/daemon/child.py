@@ -10,7 +10,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    op, args = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
+    # "-": the arguments on stdin (a candidate's source may exceed one argv string)
+    raw = sys.stdin.read() if argv[1:] == ["-"] else argv[1] if len(argv) > 1 else "{}"
+    op, args = argv[0], json.loads(raw)
     os.environ.setdefault("METALTUNE_NO_DAEMON", "1")
     # SIGTERM from the daemon: unwind normally so open transactions roll back in `finally`
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -23,10 +25,9 @@ def main(argv: list[str]) -> int:
     settings = Settings(state_dir=Path(os.environ.get("METALTUNE_STATE_DIR", "/var/lib/metaltune")),
                         backend=os.environ.get("METALTUNE_BACKEND"), sim_root=Path(sim) if sim else None)
     try:
-        from tuner.ops.args import validate
+        from tuner.ops.args import call
 
-        fn = ops.get(op)
-        res = fn(settings, **validate(op, fn, args))
+        res = call(op, ops.get(op), settings, args)
         out, code = res, 0
     except KeyboardInterrupt:
         out, code = {"ok": False, "error": "stopped", "exit_code": 1}, 1

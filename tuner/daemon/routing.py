@@ -2,7 +2,8 @@
 
 - `daemon` and `search_stop` are the daemon's own; the searches start a child (SearchRunner),
   their arguments checked by their options model first, so bad input starts nothing;
-- operations registered `reads=True` run at once, concurrently, without the writer lock;
+- operations registered `reads=True` run at once, concurrently, without the writer lock (those
+  that load torch or triton, CHILD_READS, in a child of the daemon);
 - every other operation is a write: only while the daemon runs and no search does, one at a
   time under the writer lock, logged, and followed by a look at the journal.
 A client's arguments are always checked by the operation's model (tuner.ops.args), the one the
@@ -14,10 +15,11 @@ import threading
 from typing import Any, Callable
 
 from tuner import ops
-from tuner.daemon import logs
+from tuner.daemon import child_reads, logs
+from tuner.daemon.child_reads import CHILD_READS
 from tuner.daemon.searches import SEARCH_OPS, brief
 from tuner.errors import BadInput, MetaltuneError, OperationFailed
-from tuner.ops.args import validate
+from tuner.ops.args import call, validate
 
 #: how long a write request waits for another write (or a search) before "busy"
 WRITE_WAIT_S = 30.0
@@ -50,8 +52,10 @@ class Router:
         policy = self.config().policy
         if policy is not None and args.get("policy") is None and _takes(fn, "policy"):
             args = {**args, "policy": str(policy)}  # the host's allowed-change list
+        if op in CHILD_READS:  # heavy imports: in a child, the daemon stays small
+            return child_reads.run(op, validate(op, fn, args))
         if op in ops.reads():
-            res = fn(self.settings(), **validate(op, fn, args))
+            res = call(op, fn, self.settings(), args)
             if op == "status" and isinstance(res, dict):
                 res = {**res, "daemon": self.info()}
             return res
@@ -83,7 +87,7 @@ class Router:
         try:
             logs.log("request", op=op, uid=peer.uid, pid=peer.pid, args=brief(args))
             try:
-                res = fn(self.settings(), **validate(op, fn, args))
+                res = call(op, fn, self.settings(), args)
             except Exception as e:
                 self.changed()
                 logs.log("request.failed", level="warning", op=op, error=f"{type(e).__name__}: {e}")

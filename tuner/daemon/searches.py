@@ -63,7 +63,8 @@ class SearchChild:
         try:
             with open(self.out_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 65536))
+                # the answer is one line (a kernel search's carries its trial log): 16 MiB
+                f.seek(max(0, f.tell() - (16 << 20)))
                 text = f.read().decode(errors="replace")
         except OSError:
             return None

@@ -66,3 +66,14 @@ def validate(op: str, fn: Callable[..., Any], args: dict[str, Any]) -> dict[str,
     out = {k: getattr(m, k) for k in model.model_fields if k in args}
     out.update({k: v for k, v in args.items() if k not in model.model_fields})  # **kwargs
     return out
+
+
+def call(op: str, fn: Callable[..., Any], settings: Any, args: dict[str, Any]) -> Any:
+    """fn run with args checked by its model; an operation with an options model gets the model
+    as built here, once (tuner.ops.registry: `.run`), not a dict it would build again."""
+    model = getattr(fn, "options", None)
+    if model is None:
+        return fn(settings, **validate(op, fn, args))
+    if not isinstance(args, dict):
+        raise BadInput(f"{op}: arguments: expected an object of named arguments")
+    return fn.run(settings, model.parse(op, args))

@@ -3,6 +3,7 @@ pydantic model that checks its arguments (tuner.ops.args), where the signature c
 `reads=True` an operation that changes nothing (served without the writer lock)."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 OpFunc = Callable[..., dict[str, Any]]
@@ -13,12 +14,21 @@ READS: set[str] = set()
 
 def operation(name: str, options: Optional[type] = None,
               reads: bool = False) -> Callable[[OpFunc], OpFunc]:
+    """With `options=`, fn takes (settings, the options model): the registered operation takes
+    keyword arguments (the socket's JSON, the daemon's child) and builds the model from them;
+    `.run(settings, model)` takes a model already built (the CLI's local path: built once)."""
     def deco(fn: OpFunc) -> OpFunc:
+        op = fn
         if options is not None:
-            fn.options = options  # type: ignore[attr-defined]
-        OPS[name] = fn
+            @functools.wraps(fn)
+            def op(settings: Any, **kw: Any) -> dict[str, Any]:
+                return fn(settings, options.parse(name, kw))  # type: ignore[attr-defined]
+
+            op.options = options  # type: ignore[attr-defined]
+            op.run = fn  # type: ignore[attr-defined]
+        OPS[name] = op
         if reads:
             READS.add(name)
-        return fn
+        return op
 
     return deco

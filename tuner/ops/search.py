@@ -1,6 +1,7 @@
 """Search operations: "search_host", "search_kernel", "search_mixed" (the daemon runs each in a
-child process). Each is checked by its options model (tuner.search.options) wherever it
-arrives from: the CLI, the socket, the daemon's search child."""
+child process). Each takes its options model (tuner.search.options), built from the arguments
+wherever they arrive from (the socket, the daemon's search child) or built once by the CLI when
+it runs the search in its own process (tuner.ops.registry: `.run`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,17 +12,16 @@ from tuner.search.options import HostSearchOptions, KernelSearchOptions, MixedSe
 
 
 @operation("search_host", options=HostSearchOptions)
-def search_host(settings: Any, **kw: Any) -> dict[str, Any]:
+def search_host(settings: Any, o: HostSearchOptions) -> dict[str, Any]:
     from tuner.search.host.run import run_host_search
 
-    return run_host_search(settings, HostSearchOptions.parse("search_host", kw))
+    return run_host_search(settings, o)
 
 
 @operation("search_kernel", options=KernelSearchOptions)
-def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
+def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
     """Kernel search (tuner/search/kernel.py); proposer "llm": the loop for kernel sources
     (tuner/search/sources.py)."""
-    o = KernelSearchOptions.parse("search_kernel", kw)
     state = Path(settings.state_dir)
     shapes = [tuple(s) for s in o.shapes] if o.shapes else None
     table = Path(o.table_out) if o.table_out else None
@@ -37,17 +37,27 @@ def search_kernel(settings: Any, **kw: Any) -> dict[str, Any]:
             **({"model": o.model} if o.model else {}))
     from tuner.search.kernel import run_kernel_search
 
-    return run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
-                             device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
-                             timeout_s=o.timeout_s, objective={
-                                 k: getattr(o, k) for k in ("objective", "throughput_floor",
-                                                            "power_budget_w")
-                                 if getattr(o, k) is not None})
+    trials: list[dict[str, Any]] = []
+    res = run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
+                            device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
+                            timeout_s=o.timeout_s, on_trial=lambda t: trials.append(_brief(t)),
+                            objective={k: getattr(o, k) for k in ("objective", "throughput_floor",
+                                                                  "power_budget_w")
+                                       if getattr(o, k) is not None})
+    return {**res, "trial_log": trials}
+
+
+def _brief(t: Any) -> dict[str, Any]:
+    """One trial of a kernel search as the CLI prints it (the store has the whole record)."""
+    k = t.candidate.kernel
+    return {"bucket": k.shape_bucket, "number": t.number, "variant": k.variant,
+            "config": k.config, "verdict": str(t.verdict), "reason": t.reason,
+            "time_us": 1e6 / t.objective if t.objective else None}
 
 
 @operation("search_mixed", options=MixedSearchOptions)
-def search_mixed(settings: Any, **kw: Any) -> dict[str, Any]:
+def search_mixed(settings: Any, o: MixedSearchOptions) -> dict[str, Any]:
     """Host, runtime and kernel candidates in one search (tuner/search/mixed/run.py)."""
     from tuner.search.mixed.run import run_mixed_search
 
-    return run_mixed_search(settings, MixedSearchOptions.parse("search_mixed", kw))
+    return run_mixed_search(settings, o)

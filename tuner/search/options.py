@@ -4,7 +4,12 @@ the same bad input (exit 2, before any child starts) however it arrives.
 
 Only checks that need nothing but the value live here (types, ranges, names from the
 registries); what needs the host (a knob that exists, a workload that calls a family) stays with
-the search that opens it."""
+the search that opens it.
+
+Each field is also its command-line option (tuner/cli/model_options.py builds the commands from
+these models): `description` is its help, `cli(...)` its flag, metavar and, where the command line
+takes another form (a file, `4096x8192`), the name of the CLI's parser; a field without a flag
+is not on the command line. FLAGS (field -> flag, for messages) is read from the same place."""
 from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, Optional
@@ -34,26 +39,95 @@ def _family(name: str) -> str:
     return name
 
 
+def shape_of(text: str, family: str) -> list[int]:
+    """`4096x8192` as the family's shape dims, or ValueError saying what was expected."""
+    from kernelsearch.families import get
+
+    dims = get(_family(family)).shape_dims
+    try:
+        vals = [int(v) for v in text.lower().split("x")]
+    except ValueError:
+        vals = []
+    if len(vals) != len(dims) or min(vals) < 1:
+        raise ValueError(f"{text!r}: expected {'x'.join(dims)} as positive integers joined by "
+                         f"'x' for {family}")
+    return vals
+
+
 def _alone(flag: str, values: Optional[list[str]], *words: str) -> None:
     if values and any(w in values for w in words) and len(values) > 1:
         raise ValueError(f"{flag}: {' and '.join(repr(w) for w in words)} cannot be combined "
                          "with other values")
 
 
-class SearchOptions(BaseModel):
+def cli(flag: str, metavar: Optional[str] = None, parse: Optional[str] = None) -> dict[str, Any]:
+    """A field's command line: its flag, metavar, and the CLI parser that turns what was typed
+    into the field's value (tuner.cli.model_options.PARSERS; none: the value as typed)."""
+    return {k: v for k, v in (("flag", flag), ("metavar", metavar), ("parse", parse)) if v}
+
+
+def flag_of(field: Any) -> Optional[str]:
+    extra = field.json_schema_extra
+    return extra.get("flag") if isinstance(extra, dict) else None
+
+
+_OBJECTIVE_HELP = ("What to keep: throughput (most tokens/s) | energy (most tokens/J, throughput "
+                   "at least --throughput-floor of the incumbent's) | power-capped (most tokens/s "
+                   "with mean watts <= --power-budget).")
+_WORKLOAD_HELP = ("sim | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | "
+                  "cmd:<command line>")
+_METRIC_HELP = "For cmd: regex with one group, higher is better."
+
+
+class CliOptions(BaseModel):
+    """An operation's options that are also a command's: strict, frozen, FLAGS from the fields."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, hide_input_in_errors=True,
                               frozen=True)
-    #: field -> the CLI flag a user typed it as (for messages)
+    #: field -> the CLI flag a user typed it as (for messages); from each field's cli(...)
     FLAGS: ClassVar[dict[str, str]] = {}
 
-    budget: int = Field(20, ge=1, description="Trials to run.")
-    proposer: str = "random"
-    seed: int = 0
-    timeout_s: float = Field(600.0, gt=0, le=86400)
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kw: Any) -> None:
+        super().__pydantic_init_subclass__(**kw)
+        cls.FLAGS = {n: f for n, fld in cls.model_fields.items() if (f := flag_of(fld))}
+
+    @classmethod
+    def parse(cls, op: str, args: dict[str, Any]) -> Any:
+        """The options, or BadInput naming the operation, the field (and its flag) and what was
+        expected; the value is never echoed (an argument may hold a secret)."""
+        try:
+            return cls.model_validate(args)
+        except ValidationError as e:
+            raise BadInput(f"{op}: {first_error(e, unknown='unknown argument', names=cls.FLAGS, top='', label='argument')}") from None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in type(self).model_fields}
+
+    def sent(self) -> dict[str, Any]:
+        """The arguments as the daemon's socket takes them: JSON values, the defaults left out
+        (so a daemon without a newer field still answers a call that leaves it alone)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+
+class SearchOptions(CliOptions):
+
+    budget: int = Field(20, ge=1, description="Trials to run.", json_schema_extra=cli("--budget", "N"))
+    proposer: str = Field("random", description="The proposer (see this command's --help).",
+                          json_schema_extra=cli("--proposer"))
+    seed: int = Field(0, description="Seed for the proposer.", json_schema_extra=cli("--seed"))
+    timeout_s: float = Field(600.0, ge=0.1, le=86400, description="Per measurement.",
+                             json_schema_extra=cli("--timeout", "SECONDS"))
     #: what the keep rule keeps (tuner.search.objective): throughput | energy | power-capped
-    objective: Literal["throughput", "energy", "power-capped"] = "throughput"
-    throughput_floor: Optional[float] = Field(None, gt=0, le=1)
-    power_budget_w: Optional[float] = Field(None, gt=0, le=100000)
+    objective: Literal["throughput", "energy", "power-capped"] = Field(
+        "throughput", description=_OBJECTIVE_HELP, json_schema_extra=cli("--objective"))
+    throughput_floor: Optional[float] = Field(
+        None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
+        description="--objective energy: the least throughput kept, as a fraction of the "
+                    "incumbent's at every size (default 0.95).")
+    power_budget_w: Optional[float] = Field(
+        None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
+        description="--objective power-capped: the most mean board watts (and power limit) per "
+                    "GPU.")
 
     @field_validator("proposer")
     @classmethod
@@ -70,54 +144,63 @@ class SearchOptions(BaseModel):
             raise ValueError("--power-budget: required with --objective power-capped")
         return self
 
-    @classmethod
-    def parse(cls, op: str, args: dict[str, Any]) -> "SearchOptions":
-        """The options, or BadInput naming the operation, the field (and its flag) and what was
-        expected; the value is never echoed (an argument may hold a secret)."""
-        try:
-            return cls.model_validate(args)
-        except ValidationError as e:
-            raise BadInput(f"{op}: {first_error(e, unknown='unknown argument', names=cls.FLAGS, top='', label='argument')}") from None
-
-    def kwargs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in type(self).model_fields}
-
-
-_OBJECTIVE_FLAGS = {"objective": "--objective", "throughput_floor": "--throughput-floor",
-                    "power_budget_w": "--power-budget"}
-_COMMON_FLAGS = {"budget": "--budget", "proposer": "--proposer", "seed": "--seed",
-                 "timeout_s": "--timeout", "policy": "--policy", "knobs": "--knob",
-                 "repeats": "--repeats", "workload": "--workload", "metric_regex": "--metric-regex",
-                 **_OBJECTIVE_FLAGS}
-
 
 class HostSearchOptions(SearchOptions):
     """`metaltune search host`."""
-    FLAGS: ClassVar[dict[str, str]] = _COMMON_FLAGS
-    budget: int = Field(30, ge=1)
-    proposer: str = "optuna"
-    policy: Optional[str] = None
-    knobs: Optional[list[str]] = None
-    repeats: int = Field(3, ge=1)
-    workload: Optional[str] = None
-    metric_regex: Optional[str] = None
+    budget: int = Field(30, ge=1, description="Trials to run.", json_schema_extra=cli("--budget", "N"))
+    proposer: str = Field("optuna", description="The proposer (see this command's --help).",
+                          json_schema_extra=cli("--proposer"))
+    policy: Optional[str] = Field(
+        None, json_schema_extra=cli("--policy", "FILE"),
+        description="Policy YAML (default: the shipped conservative one); proposals stay inside it.")
+    knobs: Optional[list[str]] = Field(None, description="Knob name or glob; repeatable.",
+                                       json_schema_extra=cli("--knob"))
+    #: the A/B pairs per trial (HostEvaluator's repeats): `--rounds` as on search mixed
+    repeats: int = Field(3, ge=1, description="Interleaved A/B pairs per trial.",
+                         json_schema_extra=cli("--rounds", "N"))
+    workload: Optional[str] = Field(None, description=_WORKLOAD_HELP,
+                                    json_schema_extra=cli("--workload"))
+    metric_regex: Optional[str] = Field(None, description=_METRIC_HELP,
+                                        json_schema_extra=cli("--metric-regex"))
 
 
 class MixedSearchOptions(HostSearchOptions):
     """`metaltune search mixed`."""
-    FLAGS: ClassVar[dict[str, str]] = {**_COMMON_FLAGS, "families": "--family",
-                                       "runtime": "--runtime", "rounds": "--rounds",
-                                       "max_choices": "--max-choices", "table": "--table",
-                                       "suggest": "--suggest-table", "isolate": "isolate"}
-    budget: int = Field(20, ge=1)
-    proposer: str = "random"
-    families: Optional[list[str]] = None
-    runtime: Optional[bool] = None
-    rounds: int = Field(3, ge=1)
-    max_choices: int = Field(6, ge=2, description="torch and one kernel at least")
-    table: Optional[str] = None
-    suggest: Optional[list[str]] = None
-    isolate: Optional[bool] = None
+    budget: int = Field(20, ge=1, description="Trials to run.", json_schema_extra=cli("--budget", "N"))
+    proposer: str = Field("random", description="The proposer (see this command's --help).",
+                          json_schema_extra=cli("--proposer"))
+    policy: Optional[str] = Field(
+        None, json_schema_extra=cli("--policy", "FILE"),
+        description="Policy YAML (default: the shipped conservative one).")
+    knobs: Optional[list[str]] = Field(
+        None, json_schema_extra=cli("--knob"),
+        description="Knob name or glob; repeatable; 'none': no host knobs.")
+    families: Optional[list[str]] = Field(
+        None, json_schema_extra=cli("--family"),
+        description="Kernel family; repeatable (default: every family the workload calls); "
+                    "'none': no kernels.")
+    runtime: Optional[bool] = Field(
+        None, json_schema_extra=cli("--runtime"),
+        description="Search runtime settings (llama: CUDA graphs, fused projections, attention; "
+                    "hf: compile, metaltune); default: on for llama and hf workloads.")
+    rounds: int = Field(3, ge=1, description="Interleaved A/B pairs per trial.",
+                        json_schema_extra=cli("--rounds", "N"))
+    repeats: int = Field(3, ge=1, description="Repeats inside each measurement.",
+                         json_schema_extra=cli("--repeats", "N"))
+    max_choices: int = Field(6, ge=2, description="Values per kernel slot, torch included "
+                             "(torch and one kernel at least).",
+                             json_schema_extra=cli("--max-choices", "N"))
+    table: Optional[str] = Field(None, description="Start from this dispatch table (JSON).",
+                                 json_schema_extra=cli("--table", "FILE"))
+    suggest: Optional[list[str]] = Field(
+        None, json_schema_extra=cli("--suggest-table"),
+        description="Tables whose choices become slot choices and the first candidate: 'auto' "
+                    "(default: the ones shipped for this GPU), 'none', or JSON paths; repeatable.")
+    workload: Optional[str] = Field(
+        None, json_schema_extra=cli("--workload"),
+        description="sim-llama (sim host default) | llama | deepseek | deepseek-v3.2 | "
+                    "hf:<config>[:layers=N] | sim | cmd:<command line>")
+    isolate: Optional[bool] = None  # not on the command line
 
     @field_validator("families")
     @classmethod
@@ -134,30 +217,64 @@ class MixedSearchOptions(HostSearchOptions):
 
 class KernelSearchOptions(SearchOptions):
     """`metaltune search kernel` (a proposer over a family's configs; `llm`: kernel sources)."""
-    FLAGS: ClassVar[dict[str, str]] = {
-        "family": "--family", "budget": "--budget", "proposer": "--proposer", "seed": "--seed",
-        "device": "--device", "shapes": "--shape", "table_out": "--table",
-        "timeout_s": "--timeout", "incumbent_table": "--incumbent", "ideas": "--idea",
-        "max_tokens": "--max-tokens", "max_usd": "--max-usd", "stop_after": "--stop-after",
-        "model": "--model", "gpu": "--gpu", "models": "--model-context",
-        "diagnosis": "--diagnosis", **_OBJECTIVE_FLAGS}
-    family: str
-    proposer: str = "optuna"
-    device: Optional[Literal["cpu", "cuda"]] = None
-    shapes: Optional[list[list[int]]] = None
-    table_out: Optional[str] = None
-    timeout_s: float = Field(300.0, gt=0, le=86400)
-    isolate: bool = True
+    family: str = Field(description="Kernel family (see `metaltune kernel families`).",
+                        json_schema_extra=cli("--family"))
+    budget: int = Field(20, ge=1, description="Measured configs per shape bucket (llm: trials).",
+                        json_schema_extra=cli("--budget", "N"))
+    proposer: str = Field("optuna", json_schema_extra=cli("--proposer"),
+                          description="The proposer (see this command's --help); llm writes "
+                                      "kernel sources.")
+    device: Optional[Literal["cpu", "cuda"]] = Field(
+        None, json_schema_extra=cli("--device"),
+        description="cpu (Triton interpreter) or cuda; default: cuda if present.")
+    shapes: Optional[list[list[int]]] = Field(
+        None, json_schema_extra=cli("--shape", parse="shape"),
+        description="Shape bucket, e.g. 65536x8192; repeatable (default: the family's search "
+                    "shapes on a GPU, its largest tiny shape on the CPU).")
+    table_out: Optional[str] = Field(None, description="Where to write the dispatch table (JSON).",
+                                     json_schema_extra=cli("--table", "FILE"))
+    timeout_s: float = Field(300.0, ge=0.1, le=86400, json_schema_extra=cli("--timeout", "SECONDS"),
+                             description="Seconds before a candidate process is killed.")
+    objective: Literal["throughput", "energy", "power-capped"] = Field(
+        "throughput", json_schema_extra=cli("--objective"),
+        description="throughput | energy | power-capped (recorded with the run and its table; "
+                    "the judge's timing decides per bucket).")
+    throughput_floor: Optional[float] = Field(
+        None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
+        description="--objective energy: the least throughput kept, as a fraction of the "
+                    "incumbent's (default 0.95).")
+    power_budget_w: Optional[float] = Field(
+        None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
+        description="--objective power-capped: the most mean board watts.")
+    isolate: bool = True  # not on the command line
     # --proposer llm only
-    incumbent_table: Optional[str] = None
-    ideas: Optional[list[str]] = None
-    max_tokens: Optional[int] = Field(None, gt=0)
-    max_usd: Optional[float] = Field(None, gt=0)
-    stop_after: Optional[int] = Field(None, gt=0)
-    model: Optional[str] = None
-    gpu: Optional[str] = None
-    models: Optional[list[str]] = None
-    diagnosis: Optional[dict[str, Any]] = None
+    incumbent_table: Optional[str] = Field(
+        None, json_schema_extra=cli("--incumbent", "FILE", parse="file"),
+        description="llm: the dispatch table a source must beat (default: "
+                    "STATE_DIR/kernels/active.json, the applied profile's, else torch).")
+    ideas: Optional[list[str]] = Field(
+        None, json_schema_extra=cli("--idea"),
+        description="llm: a direction for the proposer, e.g. 'load the KV once per 32k'; "
+                    "repeatable; recorded in every trial.")
+    max_tokens: Optional[int] = Field(None, gt=0, json_schema_extra=cli("--max-tokens"),
+                                      description="llm: stop once this many tokens were spent.")
+    max_usd: Optional[float] = Field(None, gt=0, json_schema_extra=cli("--max-usd"),
+                                     description="llm: stop once this many dollars were spent.")
+    stop_after: Optional[int] = Field(
+        None, gt=0, json_schema_extra=cli("--stop-after", "N"),
+        description="llm: stop after N trials in a row that keep nothing.")
+    model: Optional[str] = Field(
+        None, json_schema_extra=cli("--model"),
+        description="llm: model id (default METALTUNE_LLM_MODEL or the proposer's default).")
+    gpu: Optional[str] = Field(
+        None, json_schema_extra=cli("--gpu"),
+        description="llm: GPU name for the hardware context (default: the device's own).")
+    models: Optional[list[str]] = Field(
+        None, json_schema_extra=cli("--model-context"),
+        description="llm: model context page, e.g. llama-gqa; repeatable.")
+    diagnosis: Optional[dict[str, Any]] = Field(
+        None, json_schema_extra=cli("--diagnosis", "FILE", parse="diagnosis"),
+        description="llm: where the model's time goes, the JSON of `metaltune diagnose --json`.")
 
     @field_validator("family")
     @classmethod

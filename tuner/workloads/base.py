@@ -18,7 +18,7 @@ from tuner.errors import WorkloadFailed
 from tuner.trial import Measurement
 from tuner.workloads.stats import geomean, rel_spread
 
-__all__ = ["KernelCall", "Tunable", "Untuned", "Workload", "geomean", "install_here", "rel_spread",
+__all__ = ["KernelCall", "Served", "Tunable", "Untuned", "Workload", "geomean", "install_here", "rel_spread",
            "summarize"]
 
 #: one kernel call a workload makes: (family, dtype, shape)
@@ -102,12 +102,39 @@ class Tunable(Workload, Protocol):
         ...
 
 
+@runtime_checkable
+class Served(Tunable, Protocol):
+    """What a model process's server (tuner.workloads.model_server) asks of the workload it
+    holds, on top of Tunable: `HolisticWorkload` implements it for the models in this folder,
+    `Untuned` answers for a workload without sizes to time or outputs to check."""
+
+    #: whether a measurement first checks the candidate path's outputs (`check`)
+    check_outputs: bool
+
+    def timing(self) -> Optional[dict[str, Any]]:
+        """What the model process's parent checks a measurement's tokens/s against with its own
+        clock: {"decode_steps": N, "sizes": [[kind, batch, ctx], ...]}; None: not checked."""
+        ...
+
+    def prepare(self) -> None:
+        """Set up everything a measurement would first (its output check, every size's runner:
+        compiled, captured), so that the `measure` timed next times runs only."""
+        ...
+
+
 class Untuned:
     """The Tunable answers of a workload with nothing to tune but the host (the simulated
     host's model, a user's command): no runtime settings, no kernel calls."""
 
     device = "cpu"
     first_step_s: Optional[Callable[[], float]] = None
+    check_outputs = False
+
+    def timing(self) -> Optional[dict[str, Any]]:
+        return None
+
+    def prepare(self) -> None:
+        pass  # nothing set up ahead of a measurement
     NO_KERNELS = "kernel slots need the llama, sim-llama, deepseek or hf:<config> workload"
 
     def configure(self, runtime: Mapping[str, Any]) -> None:

@@ -77,40 +77,19 @@ def preload(stdlib: bool = False) -> None:
 
 
 def info(wl: Any) -> dict[str, Any]:
+    """What the parent learns of the workload (tuner.workloads.base.Served: declared, not
+    probed): the timing is said before any candidate code is loaded."""
     return {"name": wl.name, "device": wl.device, "runtime_dims": wl.runtime_dims(),
             "runtime_settings": wl.runtime_settings(), "kernels_usable": wl.kernels_usable(),
             "kernel_variants": {k: list(v) for k, v in (wl.kernel_variants() or {}).items()}
             if wl.kernel_variants() is not None else None,
-            "first_step": getattr(wl, "first_step_s", None) is not None, "timing": timing(wl)}
-
-
-def timing(wl: Any) -> Any:
-    """What the parent checks a measurement's tokens/s against its own clock with
-    (model_trust): the size grid and decode steps, said before any candidate code is loaded;
-    None for a workload without one (its measurements are not checked)."""
-    grid = getattr(getattr(wl, "bench", None), "grid", None)
-    if grid is None or not hasattr(wl, "runtime"):
-        return None
-    return {"decode_steps": int(grid.decode_steps), "sizes": [list(s) for s in grid.sizes()]}
+            "first_step": wl.first_step_s is not None, "timing": wl.timing()}
 
 
 def prepare(wl: Any) -> None:
-    """Everything a measurement sets up first (its output check, every size's runner: compiled,
-    captured), so that the parent's clock of the `measure` request that follows times runs."""
-    import torch
-
-    if getattr(wl, "check_outputs", False):
-        wl.check()
-
-    from tuner.workloads.holistic import size_key
-
-    def runners() -> None:
-        with torch.no_grad():
-            for kind, b, ctx in wl.bench.grid.sizes():
-                wl.bench.at = size_key(kind, b, ctx)  # a failure names its size, as measure's
-                wl.bench.runner(wl.runtime, kind, b, ctx)
-        wl.bench.at = None
-    wl._guarded(runners, lambda: getattr(wl.bench, "at", None) or "setup")
+    """Everything a measurement sets up first, so that the parent's clock of the `measure`
+    request that follows times runs (Served.prepare)."""
+    wl.prepare()
 
 
 def stats(report: dict[str, Any]) -> dict[str, Any]:
