@@ -110,11 +110,32 @@ out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_asyn
             "cp_async": ptx.count("cp.async.bulk.tensor"), "shared": ck.metadata.shared,
             "setmaxnreg": ptx.count("setmaxnreg"), "mbarrier": ptx.count("mbarrier."),
             **sass_counts(ck)})
+# mla_sparse_decode/gluon_pingpong.py: the ping-pong over gathered rows (cp.async loader warp)
+spec = importlib.util.spec_from_file_location("ks_mla_sparse_pingpong", sys.argv[6])
+spmod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(spmod)
+spsig = {"Q": "*bf16", "KV": "*bf16", "RW": "*i32", "O": "*bf16", "Op": "*fp32", "Lp": "*fp32"}
+spsig.update({k: "i32" for k in ("H", "topk", "n_splits", "split_len")})
+spsig["qk_scale"] = "fp32"
+spsig.update({k: "i32" for k in ("nrows", "sqb", "sqh", "srb", "sob", "soh")})
+spsig.update({k: "constexpr" for k in ("STAGES", "ONE", "num_warps")})
+spattrs = {(i,): [["tt.divisibility", 16]] for i in list(range(6)) + [12, 13, 14, 15, 16]}
+ck = triton.compile(gluon._runtime.GluonASTSource(
+    spmod._sparse_pingpong, signature=spsig, attrs=spattrs,
+    constexprs={"STAGES": 2, "ONE": False, "num_warps": 4}),
+    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+ptx = ck.asm["ptx"]
+out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
+            "cp_async": ptx.count("cp.async.cg") + ptx.count("cp.async.ca"),
+            "shared": ck.metadata.shared, "setmaxnreg": ptx.count("setmaxnreg"),
+            "mbarrier": ptx.count("mbarrier."),
+            "cp_async_arrive": ptx.count("cp.async.mbarrier.arrive"), **sass_counts(ck)})
 print("TRITON " + triton.__version__)
 print("RESULT " + json.dumps(out))
 """
 PINGPONG_FILE = DENSE.variants["gluon_pingpong"].file
 SPARSE_FILE = get("mla_sparse_decode").variants["gluon_wgmma"].file
+SPARSE_PINGPONG_FILE = get("mla_sparse_decode").variants["gluon_pingpong"].file
 AHEAD_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "gluon_ahead.py"
 
 
@@ -152,24 +173,29 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
         pytest.skip(why)
     cfgs = [(1, 2, 64), (0, 2, 64), (1, 4, 32)]
     r = subprocess.run([sys.executable, "-c", COMPILE, str(FILE), json.dumps(cfgs),
-                        str(SPARSE_FILE), str(PINGPONG_FILE), str(AHEAD_FILE)],
+                        str(SPARSE_FILE), str(PINGPONG_FILE), str(AHEAD_FILE),
+                        str(SPARSE_PINGPONG_FILE)],
                        capture_output=True, text=True, env=env, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
     assert r.returncode == 0 and line, r.stderr[-3000:]
     results = json.loads(line[0][7:])
     if "PYTHONPATH" in env and "triton-gluon" in env["PYTHONPATH"]:  # the side install: 3.6
         assert "TRITON 3.6.0" in r.stdout.splitlines(), r.stdout[-500:]
-    assert len(results) == len(cfgs) + 4
-    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one", "ahead"], results):
+    assert len(results) == len(cfgs) + 5
+    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one", "ahead", "sparse pingpong"],
+                        results):
         assert res["sm90a"], cfg
         assert res["wgmma"] > 0 and res["cp_async"] > 0, (cfg, res)
         assert res["shared"] <= 227 * 1024, (cfg, res)  # the ring fits an SM's shared memory
-    for res in results[-3:]:  # partitions with their own register budgets, mbarrier protocol
+    for res in results[-4:]:  # partitions with their own register budgets, mbarrier protocol
         assert res["setmaxnreg"] > 0 and res["mbarrier"] > 0, res
+    # the sparse loader's copies complete on the ring's mbarrier (one arrive a thread a tile)
+    assert results[-1]["cp_async_arrive"] > 0, results[-1]
     # the experiment's S and P V each end in one wait: a few waits in the SASS, not one after
     # every HGMMA (how ptxas shows a pipeline it serialized: an earlier draft kept S in flight
     # across an mbarrier wait and had 240 of 240)
-    assert 0 < results[-1]["depbar"] < results[-1]["hgmma"] // 4, results[-1]
+    for res in results[-2:]:
+        assert 0 < res["depbar"] < res["hgmma"] // 4, res
 
 
 @pytest.mark.skipif(not torch.cuda.is_available()
@@ -208,6 +234,29 @@ def test_sparse_gluon_kernel_matches_the_reference(shape, monkeypatch):
     ref = fam.reference(*args)
     for cfg in (dict(BLOCK_N=64, STAGES=2, GRID=132), dict(BLOCK_N=32, STAGES=4, GRID=264)):
         compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, f"gluon sparse {shape} {cfg}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability()[0] != 9, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("shape", [(7, 128, 5000, 64, 2048, 1), (3, 128, 1500, 16, 2048, 1),
+                                   (5, 16, 3000, 64, 512, 1), (3, 128, 100, 64, 2048, 1)])
+def test_sparse_pingpong_matches_the_reference(shape, monkeypatch):
+    """Ragged, fewer valid indices than top-k, NaN in every unread row, 16 heads, splits whose
+    tiles select nothing (the running max stays -inf there)."""
+    from kernelsearch.harness.correctness import compare
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    fam = get("mla_sparse_decode")
+    spec = importlib.util.spec_from_file_location("ks_mla_sparse_pingpong", SPARSE_PINGPONG_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = fam.make_inputs(shape, "bfloat16", "cuda", torch.Generator().manual_seed(3))
+    flat = args[1].view(-1, mla.D_QK)
+    flat[(flat == mla.POISON).all(dim=1)] = float("nan")
+    ref = fam.reference(*args)
+    for grid in (4, 132, 1056):
+        compare(mod.forward(*args, GRID=grid), ref, "bfloat16", fam,
+                f"sparse pingpong {shape} GRID={grid}")
 
 
 # ---- the Gluon variants as registered variants (kernelsearch.families.gluon) ----------------

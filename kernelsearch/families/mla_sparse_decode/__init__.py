@@ -160,3 +160,8 @@ FAMILY.variants["gluon_wgmma"] = _gluon.variant(
     "gluon_wgmma", Path(__file__).parent,
     {"BLOCK_N": [32, 64], "GRID": [132, 264, 528], "STAGES": [2, 3, 4]},
     _gluon_valid)
+# the warp-specialized ping-pong kernel over gathered rows (mla_decode's gluon_pingpong with a
+# cp.async loader warp): its tile is fixed (64 heads x 64 rows, two stages)
+FAMILY.variants["gluon_pingpong"] = _gluon.variant(
+    "gluon_pingpong", Path(__file__).parent, {"GRID": [132, 264, 528, 1056], "STAGES": [2]},
+    lambda cfg, shape: True)
