@@ -71,8 +71,9 @@ def forward_of(family: str, variant: str):
 def n_splits(family: str, shape, cfg) -> int:
     B, H = shape[0], shape[1]
     n = shape[4] if family == "mla_sparse_decode" else -(-shape[2] // shape[3]) * shape[3]
-    hb = -(-H // cfg["BLOCK_H"])
-    tiles = -(-n // cfg["BLOCK_N"])
+    # the Gluon ping-pong kernels' tile is fixed (64 heads x 64 tokens): no BLOCK_H/BLOCK_N
+    hb = -(-H // cfg.get("BLOCK_H", 64))
+    tiles = -(-n // cfg.get("BLOCK_N", 64))
     want = max(1, min(-(-cfg["GRID"] // (B * hb)), tiles))
     per = -(-tiles // want)
     return -(-tiles // per)

@@ -118,18 +118,20 @@ spsig = {"Q": "*bf16", "KV": "*bf16", "RW": "*i32", "O": "*bf16", "Op": "*fp32",
 spsig.update({k: "i32" for k in ("H", "topk", "n_splits", "split_len")})
 spsig["qk_scale"] = "fp32"
 spsig.update({k: "i32" for k in ("nrows", "sqb", "sqh", "srb", "sob", "soh")})
-spsig.update({k: "constexpr" for k in ("STAGES", "ONE", "num_warps")})
+spsig.update({k: "constexpr" for k in ("STAGES", "ONE", "LOADERS", "P_SMEM", "num_warps")})
 spattrs = {(i,): [["tt.divisibility", 16]] for i in list(range(6)) + [12, 13, 14, 15, 16]}
-ck = triton.compile(gluon._runtime.GluonASTSource(
-    spmod._sparse_pingpong, signature=spsig, attrs=spattrs,
-    constexprs={"STAGES": 2, "ONE": False, "num_warps": 4}),
-    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
-ptx = ck.asm["ptx"]
-out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
-            "cp_async": ptx.count("cp.async.cg") + ptx.count("cp.async.ca"),
-            "shared": ck.metadata.shared, "setmaxnreg": ptx.count("setmaxnreg"),
-            "mbarrier": ptx.count("mbarrier."),
-            "cp_async_arrive": ptx.count("cp.async.mbarrier.arrive"), **sass_counts(ck)})
+for loaders, p_smem in ((2, False), (4, True)):  # both loader widths, P from registers / smem
+    ck = triton.compile(gluon._runtime.GluonASTSource(
+        spmod._sparse_pingpong, signature=spsig, attrs=spattrs,
+        constexprs={"STAGES": 2, "ONE": False, "LOADERS": loaders, "P_SMEM": p_smem,
+                    "num_warps": 4}),
+        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+    ptx = ck.asm["ptx"]
+    out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
+                "cp_async": ptx.count("cp.async.cg") + ptx.count("cp.async.ca"),
+                "shared": ck.metadata.shared, "setmaxnreg": ptx.count("setmaxnreg"),
+                "mbarrier": ptx.count("mbarrier."),
+                "cp_async_arrive": ptx.count("cp.async.mbarrier.arrive"), **sass_counts(ck)})
 print("TRITON " + triton.__version__)
 print("RESULT " + json.dumps(out))
 """
@@ -181,20 +183,21 @@ def test_gluon_kernel_compiles_for_hopper_with_wgmma_and_async_copies():
     results = json.loads(line[0][7:])
     if "PYTHONPATH" in env and "triton-gluon" in env["PYTHONPATH"]:  # the side install: 3.6
         assert "TRITON 3.6.0" in r.stdout.splitlines(), r.stdout[-500:]
-    assert len(results) == len(cfgs) + 5
-    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one", "ahead", "sparse pingpong"],
-                        results):
+    assert len(results) == len(cfgs) + 6
+    for cfg, res in zip(cfgs + ["sparse", "pingpong", "pingpong one", "ahead", "sparse pingpong",
+                                "sparse pingpong 4 loaders, P in smem"], results):
         assert res["sm90a"], cfg
         assert res["wgmma"] > 0 and res["cp_async"] > 0, (cfg, res)
         assert res["shared"] <= 227 * 1024, (cfg, res)  # the ring fits an SM's shared memory
-    for res in results[-4:]:  # partitions with their own register budgets, mbarrier protocol
+    for res in results[-5:]:  # partitions with their own register budgets, mbarrier protocol
         assert res["setmaxnreg"] > 0 and res["mbarrier"] > 0, res
-    # the sparse loader's copies complete on the ring's mbarrier (one arrive a thread a tile)
-    assert results[-1]["cp_async_arrive"] > 0, results[-1]
+    # the sparse loaders' copies complete on the ring's mbarrier (one arrive a thread a tile)
+    for res in results[-2:]:
+        assert res["cp_async_arrive"] > 0, res
     # the experiment's S and P V each end in one wait: a few waits in the SASS, not one after
     # every HGMMA (how ptxas shows a pipeline it serialized: an earlier draft kept S in flight
     # across an mbarrier wait and had 240 of 240)
-    for res in results[-2:]:
+    for res in results[-3:]:
         assert 0 < res["depbar"] < res["hgmma"] // 4, res
 
 
@@ -254,9 +257,8 @@ def test_sparse_pingpong_matches_the_reference(shape, monkeypatch):
     flat = args[1].view(-1, mla.D_QK)
     flat[(flat == mla.POISON).all(dim=1)] = float("nan")
     ref = fam.reference(*args)
-    for grid in (4, 132, 1056):
-        compare(mod.forward(*args, GRID=grid), ref, "bfloat16", fam,
-                f"sparse pingpong {shape} GRID={grid}")
+    for cfg in (dict(GRID=4), dict(GRID=132, LOADERS=4, P_SMEM=1), dict(GRID=1056, P_SMEM=1)):
+        compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, f"sparse pingpong {shape} {cfg}")
 
 
 # ---- the Gluon variants as registered variants (kernelsearch.families.gluon) ----------------

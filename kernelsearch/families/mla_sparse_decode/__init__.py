@@ -161,7 +161,9 @@ FAMILY.variants["gluon_wgmma"] = _gluon.variant(
     {"BLOCK_N": [32, 64], "GRID": [132, 264, 528], "STAGES": [2, 3, 4]},
     _gluon_valid)
 # the warp-specialized ping-pong kernel over gathered rows (mla_decode's gluon_pingpong with a
-# cp.async loader warp): its tile is fixed (64 heads x 64 rows, two stages)
+# cp.async loader): its tile is fixed (64 heads x 64 rows, two stages); 2 or 4 loader warps, P
+# from registers or shared memory
 FAMILY.variants["gluon_pingpong"] = _gluon.variant(
-    "gluon_pingpong", Path(__file__).parent, {"GRID": [132, 264, 528, 1056], "STAGES": [2]},
+    "gluon_pingpong", Path(__file__).parent,
+    {"GRID": [132, 264, 528, 1056], "STAGES": [2], "LOADERS": [2, 4], "P_SMEM": [0, 1]},
     lambda cfg, shape: True)

@@ -1,11 +1,16 @@
 """Sparse MLA decode in Gluon (Hopper): mla_decode's gluon_pingpong over the selected rows.
 A first small kernel turns every selected position into its physical cache row (-1 where
-skipped: -1, at or past the length). A loader warp gathers each [64, 576] tile of those rows by
-cp.async (skipped slots zero-filled, so nothing unread reaches P V) into a two-stage ring and
-signals an mbarrier when its copies land; two warpgroups take the tiles in turn as in the dense
-kernel: the owner's S = q K^T, softmax and P (over the rope block), then both P V on their half
-of V. A tile with no selected row keeps the running max at -inf and adds nothing. Split over the
-top-k with the LSE merge. `forward_rows` takes physical rows directly (FlashMLA's indices).
+skipped: -1, at or past the length). LOADERS loader warps gather each [64, 576] tile of those
+rows by cp.async (skipped slots zero-filled, so nothing unread reaches P V) into a two-stage ring
+and signal an mbarrier when their copies land; they read the next tile's row numbers before
+waiting for a free stage, so that load's latency is off the path to the copies (one warp
+reading them per 16-row step was the kernel's bottleneck: 1.3-1.5x slower). Two warpgroups take
+the tiles in turn as in the dense kernel: the owner's S = q K^T (the tile's row numbers read
+before S is issued), softmax and P (over the rope block), then both P V on their half of V, P
+from registers or, P_SMEM, straight from shared memory as the wgmma's A operand (fewer
+registers; faster at the largest batches). A tile with no selected row keeps the running max at
+-inf and adds nothing. Split over the top-k with the LSE merge. `forward_rows` takes physical
+rows directly (FlashMLA's indices).
 Triton 3.6's Gluon names (kernelsearch.families.gluon)."""
 import torch
 import triton
@@ -18,7 +23,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 TILE = gl.constexpr(64)  # selected rows a tile, heads a program, columns a block
 T = 64  # TILE for host code (a plain int)
 NBLK = gl.constexpr(9)  # 576 / 64 column blocks: 0-7 the latent (V), 8 the rope part
-SUB = gl.constexpr(16)  # rows one gather step copies (the loader warp's registers are few)
 
 
 @gluon.jit
@@ -39,7 +43,7 @@ def _rows_kernel(BT, SL, IDX, R, topk, cap, sbt, sib, PAGE: gl.constexpr, BLOCK:
 @gluon.jit
 def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin,
              O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
-             rb, nrows, STAGES: gl.constexpr, ONE: gl.constexpr):
+             rb, nrows, STAGES: gl.constexpr, ONE: gl.constexpr, P_SMEM: gl.constexpr):
     S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, 64, 16])
     P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2)
@@ -60,15 +64,15 @@ def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin
         mbarrier.wait(ready.index(s), ph)
         fence_async_shared()  # the gathered rows (cp.async) before wgmma reads them
         if t % 2 == W:
+            n0 = start + t * TILE
+            n = n0 + gl.arange(0, TILE, layout=C_L)
+            r = gl.load(rb + n, mask=n < end, other=-1)  # before S: its latency hides under S
             sc = warpgroup_mma(q_s.index(0), kv_s.index(base).permute((1, 0)), zero,
                                use_acc=False, is_async=True)
             for c in gl.static_range(1, NBLK):
                 sc = warpgroup_mma(q_s.index(c), kv_s.index(base + c).permute((1, 0)), sc,
                                    is_async=True)
             sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-            n0 = start + t * TILE
-            n = n0 + gl.arange(0, TILE, layout=C_L)
-            r = gl.load(rb + n, mask=n < end, other=-1)
             sc = gl.where(((r >= 0) & (r < nrows))[None, :], sc * qk_scale, -float("inf"))
             m_new = gl.maximum(m_i, gl.max(sc, axis=1))
             # a tile with no selected row keeps m = -inf: exponentials of 0, not NaN
@@ -84,13 +88,17 @@ def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin
             fence_async_shared()
             gl.thread_barrier()  # every warp of this warpgroup has written before the signal
             mbarrier.arrive(pready.index(s), count=1)
-            pa = gl.convert_layout(pb, P_L)
+            if not P_SMEM:
+                pa = gl.convert_layout(pb, P_L)
         else:
             mbarrier.wait(pready.index(s), ph)
             alpha = a_s.index(s).load(R_L)
             m_i = m_s.index(s).load(R_L)
             l_i = l_i * alpha
-            pa = kv_s.index(base + NBLK - 1).load(P_L)
+            if not P_SMEM:
+                pa = kv_s.index(base + NBLK - 1).load(P_L)
+        if P_SMEM:
+            pa = kv_s.index(base + NBLK - 1)  # P straight from shared memory (the A operand)
         acc0 = warpgroup_mma(pa, kv_s.index(base + 4 * W), acc0 * alpha[:, None], is_async=True)
         acc1 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 1), acc1 * alpha[:, None],
                              is_async=True)
@@ -134,47 +142,53 @@ def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin
 @gluon.jit
 def _default(q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
              s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
-             STAGES: gl.constexpr, ONE: gl.constexpr):
+             STAGES: gl.constexpr, ONE: gl.constexpr, LOADERS: gl.constexpr,
+             P_SMEM: gl.constexpr):
     _consume(0, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE)
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE,
+             P_SMEM)
 
 
 @gluon.jit
 def _second(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
-            STAGES: gl.constexpr, ONE: gl.constexpr):
+            STAGES: gl.constexpr, ONE: gl.constexpr, LOADERS: gl.constexpr,
+            P_SMEM: gl.constexpr):
     _consume(1, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE)
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE,
+             P_SMEM)
 
 
 @gluon.jit
 def _loader(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
-            STAGES: gl.constexpr, ONE: gl.constexpr):
-    LG: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [1, 1], [1, 0])  # [16, 64], one warp
+            STAGES: gl.constexpr, ONE: gl.constexpr, LOADERS: gl.constexpr,
+            P_SMEM: gl.constexpr):
+    LG: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [LOADERS, 1], [1, 0])  # LOADERS warps
     cols = gl.arange(0, TILE, layout=gl.SliceLayout(0, LG))
+    # the whole tile in one step (TILE / (4 LOADERS) rows a thread), its rows read one tile
+    # ahead: the index load's latency is off the path from `free` to the copies
+    nr = gl.arange(0, TILE, layout=gl.SliceLayout(1, LG))
+    row = gl.load(rb + start + nr, mask=start + nr < end, other=-1)
     for t in range(n_tiles):
         s = t % STAGES
         ph = (t // STAGES) & 1
+        nx = start + (t + 1) * TILE + nr
+        row_nx = gl.load(rb + nx, mask=nx < end, other=-1)
         mbarrier.wait(free.index(s), ph ^ 1)  # both warpgroups are done with this stage
-        n0 = start + t * TILE
-        for r in gl.static_range(TILE // SUB):
-            nn = n0 + r * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, LG))
-            row = gl.load(rb + nn, mask=nn < end, other=-1)
-            ok = (row >= 0) & (row < nrows)
-            ptr = KV + gl.where(ok, row, 0).to(gl.int64)[:, None] * 576 + cols[None, :]
-            for c in gl.static_range(NBLK):
-                async_copy.async_copy_global_to_shared(
-                    kv_s.index(s * NBLK + c).slice(r * SUB, SUB), ptr + c * TILE,
-                    mask=ok[:, None])
-        # one arrival a thread, when its copies of this tile have landed
+        ok = (row >= 0) & (row < nrows)
+        ptr = KV + gl.where(ok, row, 0).to(gl.int64)[:, None] * 576 + cols[None, :]
+        for c in gl.static_range(NBLK):
+            async_copy.async_copy_global_to_shared(kv_s.index(s * NBLK + c), ptr + c * TILE,
+                                                   mask=ok[:, None])
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+        row = row_nx
 
 
 @gluon.jit
 def _sparse_pingpong(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale, nrows,
                      sqb, sqh, srb, sob, soh, STAGES: gl.constexpr, ONE: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     LOADERS: gl.constexpr, P_SMEM: gl.constexpr, num_warps: gl.constexpr):
     hb = gl.program_id(0)
     s_id = gl.program_id(1)
     b = gl.program_id(2)
@@ -193,7 +207,7 @@ def _sparse_pingpong(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scal
     pready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     fin = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=32)  # the loader warp's 32 threads
+        mbarrier.init(ready.index(i), count=32 * LOADERS)  # every loader thread
         mbarrier.init(free.index(i), count=2)
         mbarrier.init(pready.index(i), count=1)
     mbarrier.init(fin, count=2)
@@ -208,14 +222,14 @@ def _sparse_pingpong(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scal
     gl.warp_specialize([
         (_default, (q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
                     s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
-                    ONE)),
+                    ONE, LOADERS, P_SMEM)),
         (_second, (KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
                    s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
-                   ONE)),
+                   ONE, LOADERS, P_SMEM)),
         (_loader, (KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
                    s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
-                   ONE)),
-    ], [4, 1], [232, 40])
+                   ONE, LOADERS, P_SMEM)),
+    ], [4, LOADERS], [232, 40])
 
 
 @gluon.jit
@@ -240,7 +254,7 @@ def _sparse_pingpong_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
 
 
 def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
-                 REGS: int = 168):
+                 REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0):
     """Over physical cache rows [B, topk] int32 (-1 or outside the cache: unused)."""
     B, H = q.shape[0], q.shape[1]
     topk = rows.shape[1]
@@ -258,7 +272,7 @@ def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
         q, kv_cache, rows, out, op, lp, H, topk, n_splits, per * T,
         scale * 1.4426950408889634, kv_cache.shape[0] * kv_cache.shape[1], q.stride(0),
         q.stride(1), rows.stride(0), out.stride(0), out.stride(1), STAGES=STAGES, ONE=one,
-        num_warps=4, maxnreg=REGS)
+        LOADERS=LOADERS, P_SMEM=bool(P_SMEM), num_warps=4, maxnreg=REGS)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
         _sparse_pingpong_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0),
@@ -267,11 +281,12 @@ def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
 
 
 def forward(q, kv_cache, block_table, seq_lens, indices, scale, *, GRID: int = 264,
-            STAGES: int = 2, REGS: int = 168):
+            STAGES: int = 2, REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0):
     page = kv_cache.shape[1]
     B, topk = indices.shape[0], indices.shape[1]
     rows = torch.empty((B, topk), dtype=torch.int32, device=q.device)
     _rows_kernel[(B, (topk + 255) // 256)](block_table, seq_lens, indices, rows, topk,
                                            block_table.shape[1] * page, block_table.stride(0),
                                            indices.stride(0), PAGE=page, BLOCK=256, num_warps=4)
-    return forward_rows(q, kv_cache, rows, scale, GRID=GRID, STAGES=STAGES, REGS=REGS)
+    return forward_rows(q, kv_cache, rows, scale, GRID=GRID, STAGES=STAGES, REGS=REGS,
+                        LOADERS=LOADERS, P_SMEM=P_SMEM)

@@ -1,0 +1,303 @@
+"""Issue 35's ablation of the sparse ping-pong's loader (kernelsearch/families/mla_sparse_decode/
+gluon_pingpong.py as it was before and after): LW loader warps (1, 2, 4), PF = 0 the old loader
+(a 16-row step at a time, each step's row numbers loaded right before its copies, after the wait
+for a free stage; the consumer's row numbers after S) or 1 the shipped one (the whole tile a
+step, the next tile's row numbers loaded before the wait, the consumer's before S), PS = P as
+registers or straight from shared memory. Measured by benchmarks/experiments/
+bench_mla_sparse_loaders.py.
+Triton 3.6's Gluon names (kernelsearch.families.gluon)."""
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+
+TILE = gl.constexpr(64)  # selected rows a tile, heads a program, columns a block
+T = 64  # TILE for host code (a plain int)
+NBLK = gl.constexpr(9)  # 576 / 64 column blocks: 0-7 the latent (V), 8 the rope part
+SUB = gl.constexpr(16)  # rows one gather step copies (the loader warp's registers are few)
+
+
+@gluon.jit
+def _rows_kernel(BT, SL, IDX, R, topk, cap, sbt, sib, PAGE: gl.constexpr, BLOCK: gl.constexpr,
+                 num_warps: gl.constexpr):
+    L1: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    b = gl.program_id(0)
+    n = gl.program_id(1) * BLOCK + gl.arange(0, BLOCK, layout=L1)
+    seqlen = gl.minimum(gl.load(SL + b), cap)
+    pos = gl.load(IDX + b.to(gl.int64) * sib + n, mask=n < topk, other=-1)
+    ok = (pos >= 0) & (pos < seqlen)
+    pos = gl.where(ok, pos, 0)
+    blk = gl.load(BT + b.to(gl.int64) * sbt + pos // PAGE, mask=ok, other=0)
+    gl.store(R + b.to(gl.int64) * topk + n, gl.where(ok, blk * PAGE + pos % PAGE, -1),
+             mask=n < topk)
+
+
+@gluon.jit
+def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin,
+             O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
+             rb, nrows, STAGES: gl.constexpr, ONE: gl.constexpr, PS: gl.constexpr, PF: gl.constexpr):
+    S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, 64, 16])
+    P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2)
+    R_L: gl.constexpr = gl.SliceLayout(1, S_L)
+    C_L: gl.constexpr = gl.SliceLayout(0, S_L)
+    dt = kv_s.dtype
+    m_i = gl.full([TILE], -float("inf"), gl.float32, layout=R_L)
+    l_i = gl.zeros([TILE], gl.float32, layout=R_L)
+    zero = gl.zeros([TILE, TILE], gl.float32, layout=S_L)
+    acc0 = zero
+    acc1 = zero
+    acc2 = zero
+    acc3 = zero
+    for t in range(n_tiles):
+        s = t % STAGES
+        ph = (t // STAGES) & 1
+        base = s * NBLK
+        mbarrier.wait(ready.index(s), ph)
+        fence_async_shared()  # the gathered rows (cp.async) before wgmma reads them
+        if t % 2 == W:
+            n0 = start + t * TILE
+            n = n0 + gl.arange(0, TILE, layout=C_L)
+            if PF:  # read before S is issued: the load's latency hides under S
+                r = gl.load(rb + n, mask=n < end, other=-1)
+            sc = warpgroup_mma(q_s.index(0), kv_s.index(base).permute((1, 0)), zero,
+                               use_acc=False, is_async=True)
+            for c in gl.static_range(1, NBLK):
+                sc = warpgroup_mma(q_s.index(c), kv_s.index(base + c).permute((1, 0)), sc,
+                                   is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+            if not PF:
+                r = gl.load(rb + n, mask=n < end, other=-1)
+            sc = gl.where(((r >= 0) & (r < nrows))[None, :], sc * qk_scale, -float("inf"))
+            m_new = gl.maximum(m_i, gl.max(sc, axis=1))
+            # a tile with no selected row keeps m = -inf: exponentials of 0, not NaN
+            m_use = gl.where(m_new > -float("inf"), m_new, 0.0)
+            alpha = gl.exp2(m_i - m_use)
+            p = gl.exp2(sc - m_use[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            pb = p.to(dt)
+            kv_s.index(base + NBLK - 1).store(pb)
+            m_s.index(s).store(m_new)
+            a_s.index(s).store(alpha)
+            fence_async_shared()
+            gl.thread_barrier()  # every warp of this warpgroup has written before the signal
+            mbarrier.arrive(pready.index(s), count=1)
+            if not PS:
+                pa = gl.convert_layout(pb, P_L)
+        else:
+            mbarrier.wait(pready.index(s), ph)
+            alpha = a_s.index(s).load(R_L)
+            m_i = m_s.index(s).load(R_L)
+            l_i = l_i * alpha
+            if not PS:
+                pa = kv_s.index(base + NBLK - 1).load(P_L)
+        if PS:
+            pa = kv_s.index(base + NBLK - 1)  # P straight from shared memory (the A operand)
+        acc0 = warpgroup_mma(pa, kv_s.index(base + 4 * W), acc0 * alpha[:, None], is_async=True)
+        acc1 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 1), acc1 * alpha[:, None],
+                             is_async=True)
+        acc2 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 2), acc2 * alpha[:, None],
+                             is_async=True)
+        acc3 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 3), acc3 * alpha[:, None],
+                             is_async=True)
+        acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
+                                                    deps=(acc0, acc1, acc2, acc3))
+        gl.thread_barrier()
+        mbarrier.arrive(free.index(s), count=1)
+
+    # l: each warpgroup summed its own tiles' rows (rescaled by every tile's factor)
+    l_s.index(W).store(l_i)
+    gl.thread_barrier()
+    mbarrier.arrive(fin, count=1)
+    mbarrier.wait(fin, 0)
+    l_t = l_s.index(0).load(R_L) + l_s.index(1).load(R_L)
+    safe = gl.where(l_t > 0, l_t, 1.0)
+    h = hb * TILE + gl.arange(0, TILE, layout=R_L)
+    hmask = (h < H)[:, None]
+    d = W * 256 + gl.arange(0, TILE, layout=C_L)
+    if ONE:
+        orow = O + b.to(gl.int64) * sob + h[:, None] * soh + d[None, :]
+        gl.store(orow, (acc0 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
+        gl.store(orow + 64, (acc1 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
+        gl.store(orow + 128, (acc2 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
+        gl.store(orow + 192, (acc3 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
+    else:
+        prow = (b.to(gl.int64) * H + h) * n_splits + s_id
+        if W == 0:
+            gl.store(Lp + prow, gl.where(l_t > 0, m_i + gl.log2(safe), -float("inf")),
+                     mask=h < H)
+        orow = Op + prow[:, None] * 512 + d[None, :]
+        gl.store(orow, acc0 / safe[:, None], mask=hmask)
+        gl.store(orow + 64, acc1 / safe[:, None], mask=hmask)
+        gl.store(orow + 128, acc2 / safe[:, None], mask=hmask)
+        gl.store(orow + 192, acc3 / safe[:, None], mask=hmask)
+
+
+@gluon.jit
+def _default(q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
+             STAGES: gl.constexpr, ONE: gl.constexpr, LW: gl.constexpr, PS: gl.constexpr, PF: gl.constexpr):
+    _consume(0, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE, PS, PF)
+
+
+@gluon.jit
+def _second(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
+            STAGES: gl.constexpr, ONE: gl.constexpr, LW: gl.constexpr, PS: gl.constexpr, PF: gl.constexpr):
+    _consume(1, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE, PS, PF)
+
+
+@gluon.jit
+def _loader(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
+            STAGES: gl.constexpr, ONE: gl.constexpr, LW: gl.constexpr, PS: gl.constexpr, PF: gl.constexpr):
+    LG: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [LW, 1], [1, 0])  # [4 LW, 64], LW warps
+    cols = gl.arange(0, TILE, layout=gl.SliceLayout(0, LG))
+    if PF:
+        # the whole tile in one step (TILE / (4 LW) rows a thread), its rows read one tile
+        # ahead: the index load's latency is off the path from `free` to the copies
+        nr = gl.arange(0, TILE, layout=gl.SliceLayout(1, LG))
+        row = gl.load(rb + start + nr, mask=start + nr < end, other=-1)
+        for t in range(n_tiles):
+            s = t % STAGES
+            ph = (t // STAGES) & 1
+            nx = start + (t + 1) * TILE + nr
+            row_nx = gl.load(rb + nx, mask=nx < end, other=-1)
+            mbarrier.wait(free.index(s), ph ^ 1)  # both warpgroups are done with this stage
+            ok = (row >= 0) & (row < nrows)
+            ptr = KV + gl.where(ok, row, 0).to(gl.int64)[:, None] * 576 + cols[None, :]
+            for c in gl.static_range(NBLK):
+                async_copy.async_copy_global_to_shared(kv_s.index(s * NBLK + c), ptr + c * TILE,
+                                                       mask=ok[:, None])
+            async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+            row = row_nx
+    else:
+        for t in range(n_tiles):
+            s = t % STAGES
+            ph = (t // STAGES) & 1
+            mbarrier.wait(free.index(s), ph ^ 1)  # both warpgroups are done with this stage
+            n0 = start + t * TILE
+            for r in gl.static_range(TILE // SUB):
+                nn = n0 + r * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, LG))
+                row = gl.load(rb + nn, mask=nn < end, other=-1)
+                ok = (row >= 0) & (row < nrows)
+                ptr = KV + gl.where(ok, row, 0).to(gl.int64)[:, None] * 576 + cols[None, :]
+                for c in gl.static_range(NBLK):
+                    async_copy.async_copy_global_to_shared(
+                        kv_s.index(s * NBLK + c).slice(r * SUB, SUB), ptr + c * TILE,
+                        mask=ok[:, None])
+            # one arrival a thread, when its copies of this tile have landed
+            async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
+
+
+@gluon.jit
+def _sparse_pingpong(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale, nrows,
+                     sqb, sqh, srb, sob, soh, STAGES: gl.constexpr, ONE: gl.constexpr,
+                     LW: gl.constexpr, LREGS: gl.constexpr, PS: gl.constexpr, PF: gl.constexpr, num_warps: gl.constexpr):
+    hb = gl.program_id(0)
+    s_id = gl.program_id(1)
+    b = gl.program_id(2)
+    start = s_id * split_len
+    end = gl.minimum(start + split_len, topk)
+    n_tiles = gl.maximum((end - start + TILE - 1) // TILE, 0)
+    B_S: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, TILE], gl.bfloat16)
+    V_S: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    q_s = gl.allocate_shared_memory(KV.dtype.element_ty, [NBLK, TILE, TILE], B_S)
+    kv_s = gl.allocate_shared_memory(KV.dtype.element_ty, [STAGES * NBLK, TILE, TILE], B_S)
+    m_s = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], V_S)
+    a_s = gl.allocate_shared_memory(gl.float32, [STAGES, TILE], V_S)
+    l_s = gl.allocate_shared_memory(gl.float32, [2, TILE], V_S)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    pready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    fin = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=32 * LW)  # every loader thread
+        mbarrier.init(free.index(i), count=2)
+        mbarrier.init(pready.index(i), count=1)
+    mbarrier.init(fin, count=2)
+    QL: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    hq = hb * TILE + gl.arange(0, TILE, layout=gl.SliceLayout(1, QL))
+    cq = gl.arange(0, TILE, layout=gl.SliceLayout(0, QL))
+    qrow = Q + b.to(gl.int64) * sqb + hq[:, None] * sqh + cq[None, :]
+    for c in gl.static_range(NBLK):
+        q_s.index(c).store(gl.load(qrow + c * TILE, mask=(hq < H)[:, None], other=0.0))
+    fence_async_shared()
+    rb = RW + b.to(gl.int64) * srb
+    gl.warp_specialize([
+        (_default, (q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+                    s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
+                    ONE, LW, PS, PF)),
+        (_second, (KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+                   s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
+                   ONE, LW, PS, PF)),
+        (_loader, (KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
+                   s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
+                   ONE, LW, PS, PF)),
+    ], [4, LW], [232, LREGS])
+
+
+@gluon.jit
+def _sparse_pingpong_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
+                        num_warps: gl.constexpr):
+    L1: gl.constexpr = gl.BlockedLayout([4], [32], [num_warps], [0])
+    bh = gl.program_id(0)
+    b = bh // H
+    h = bh % H
+    base = bh.to(gl.int64) * n_splits
+    sp = gl.arange(0, SPAD, layout=L1)
+    lse = gl.load(Lp + base + sp, mask=sp < n_splits, other=-float("inf"))
+    mx = gl.max(lse, axis=0)
+    w = gl.where(lse > -float("inf"), gl.exp2(lse - mx), 0.0)
+    w = w / gl.maximum(gl.sum(w, axis=0), 1e-30)
+    d = gl.arange(0, 512, layout=L1)
+    acc = gl.zeros([512], gl.float32, layout=L1)
+    for i in range(0, n_splits):
+        wi = gl.sum(gl.where(sp == i, w, 0.0), axis=0)
+        acc += wi * gl.load(Op + (base + i) * 512 + d)
+    gl.store(O + b.to(gl.int64) * sob + h * soh + d, acc.to(O.dtype.element_ty))
+
+
+def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
+                 REGS: int = 168, LW: int = 1, LREGS: int = 40, PS: int = 0, PF: int = 0):
+    """Over physical cache rows [B, topk] int32 (-1 or outside the cache: unused)."""
+    B, H = q.shape[0], q.shape[1]
+    topk = rows.shape[1]
+    hb = (H + T - 1) // T
+    tiles = (topk + T - 1) // T
+    want = max(1, min(GRID // (B * hb), tiles))
+    per = (tiles + want - 1) // want
+    n_splits = (tiles + per - 1) // per
+    out = torch.empty((B, H, 512), dtype=q.dtype, device=q.device)
+    one = n_splits == 1
+    nrow = 1 if one else B * H * n_splits
+    op = torch.empty((nrow * 512,), dtype=torch.float32, device=q.device)
+    lp = torch.empty((nrow,), dtype=torch.float32, device=q.device)
+    _sparse_pingpong[(hb, n_splits, B)](
+        q, kv_cache, rows, out, op, lp, H, topk, n_splits, per * T,
+        scale * 1.4426950408889634, kv_cache.shape[0] * kv_cache.shape[1], q.stride(0),
+        q.stride(1), rows.stride(0), out.stride(0), out.stride(1), STAGES=STAGES, ONE=one,
+        LW=LW, LREGS=LREGS, PS=bool(PS), PF=bool(PF), num_warps=4, maxnreg=REGS)
+    if not one:
+        spad = 1 << (n_splits - 1).bit_length()
+        _sparse_pingpong_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0),
+                                         out.stride(1), SPAD=max(spad, 128), num_warps=4)
+    return out
+
+
+def forward(q, kv_cache, block_table, seq_lens, indices, scale, *, GRID: int = 264,
+            STAGES: int = 2, REGS: int = 168, LW: int = 1, LREGS: int = 40, PS: int = 0, PF: int = 0):
+    page = kv_cache.shape[1]
+    B, topk = indices.shape[0], indices.shape[1]
+    rows = torch.empty((B, topk), dtype=torch.int32, device=q.device)
+    _rows_kernel[(B, (topk + 255) // 256)](block_table, seq_lens, indices, rows, topk,
+                                           block_table.shape[1] * page, block_table.stride(0),
+                                           indices.stride(0), PAGE=page, BLOCK=256, num_warps=4)
+    return forward_rows(q, kv_cache, rows, scale, GRID=GRID, STAGES=STAGES, REGS=REGS, LW=LW,
+                        LREGS=LREGS, PS=PS, PF=PF)
