@@ -115,10 +115,10 @@ class SqliteFile:
         KeyboardInterrupt as the C call that was running returns, so it can surface right after
         `acquire()` or right after `BEGIN IMMEDIATE`. Both are inside the `try`, whose except
         path undoes exactly what was done: a lock left held would block every other thread's
-        journal call for good (the apply's probation view and monitor thread: the hang after
-        Ctrl-C), and a write transaction left open would make other processes' writers (the
-        watchdog, `rollback`) wait out the busy timeout and this connection refuse its next
-        BEGIN (the rollback after the Ctrl-C)."""
+        journal call for good (the apply's probation view; its monitor thread, which journals
+        incidents under the transaction's own lock), and a write transaction left open would
+        make other processes' writers (the watchdog, `rollback`) wait out the busy timeout and
+        this connection refuse its next BEGIN (the rollback after the Ctrl-C)."""
 
         def __init__(self, journal: "SqliteFile"):
             self.journal = journal
