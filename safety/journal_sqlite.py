@@ -111,21 +111,42 @@ class SqliteFile:
         return c
 
     class _Tx:
+        """A committed write under the process lock. Ctrl-C safe: CPython raises
+        KeyboardInterrupt as the C call that was running returns, so it can surface right after
+        `acquire()` or right after `BEGIN IMMEDIATE`. Both are inside the `try`, whose except
+        path undoes exactly what was done: a lock left held would block every other thread's
+        journal call for good (the apply's probation view; its monitor thread, which journals
+        incidents under the transaction's own lock), and a write transaction left open would
+        make other processes' writers (the watchdog, `rollback`) wait out the busy timeout and
+        this connection refuse its next BEGIN (the rollback after the Ctrl-C)."""
+
         def __init__(self, journal: "SqliteFile"):
             self.journal = journal
             self.lock = io()
 
         def __enter__(self) -> sqlite3.Connection:
-            self.lock.acquire()
+            # nested under a hold of this thread (`with io():`): that hold outlives this block,
+            # so it neither takes nor releases a level of its own
+            self.nested = self.lock._is_owned()
+            c: Optional[sqlite3.Connection] = None
+            began = False
             try:
-                self.c = self.journal._conn()
-                self.c.execute("BEGIN IMMEDIATE")
+                if not self.nested:
+                    self.lock.acquire()
+                c = self.c = self.journal._conn()
+                began = not c.in_transaction  # not someone else's transaction to roll back
+                c.execute("BEGIN IMMEDIATE")
             except BaseException as e:
-                self.lock.release()
+                try:
+                    if began and c is not None and c.in_transaction:
+                        c.execute("ROLLBACK")
+                finally:
+                    if not self.nested and self.lock._is_owned():
+                        self.lock.release()
                 if isinstance(e, sqlite3.OperationalError):
                     raise unwritable_error(self.journal.path, e) from None
                 raise
-            return self.c
+            return c
 
         def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
             try:
@@ -141,7 +162,8 @@ class SqliteFile:
                     # ROLLBACK would replace the real reason with "no transaction is active"
                     self.c.execute("ROLLBACK")
             finally:
-                self.lock.release()
+                if not self.nested:
+                    self.lock.release()
             if isinstance(ev, sqlite3.OperationalError):
                 raise unwritable_error(self.journal.path, ev) from None
 

@@ -54,21 +54,27 @@ class WriterLock:
                 return self
             secure_dir(self.path.parent)  # never through a symlink or another user's dir
             fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
-            end = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= end:
-                        os.close(fd)
-                        raise Busy(f"another metaltune writer holds {self.path} ({self.holder()});"
-                                   " one writer per host") from None
-                    time.sleep(0.02)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} {self.role}\n".encode(), 0)
-            _held[key] = [fd, 1]
-            self._mine = True
+            try:  # anything raised (Busy, a Ctrl-C as flock() returns) closes fd: no flock kept
+                end = time.monotonic() + timeout
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() >= end:
+                            raise Busy(f"another metaltune writer holds {self.path} "
+                                       f"({self.holder()}); one writer per host") from None
+                        time.sleep(0.02)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} {self.role}\n".encode(), 0)
+                _held[key] = [fd, 1]
+                self._mine = True
+            except BaseException:
+                if _held.get(key, [None])[0] == fd:
+                    del _held[key]
+                self._mine = False
+                os.close(fd)
+                raise
         return self
 
     def release(self) -> None:

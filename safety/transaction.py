@@ -126,8 +126,8 @@ class Transaction:
         if missing:
             raise BadChange(f"unknown knob(s) {', '.join(missing)}; this host has: "
                             f"{', '.join(sorted(self.knobs)) or 'none'}")
-        self._lock.acquire(timeout=self.lock_timeout_s)
-        try:
+        try:  # the lock inside: a Ctrl-C as acquire() returns must not leave it held
+            self._lock.acquire(timeout=self.lock_timeout_s)
             plan = self._plan(policy)
             self._writes = bool(plan)
             self._journal_intent(plan)
@@ -145,6 +145,21 @@ class Transaction:
                 raise ApplyFailed(f"{self.label}: {type(e).__name__}: {e}; "
                                   f"rolled back ({res['state']})") from e
             raise
+        try:
+            self._enter_probation(policy)
+        except BaseException as e:
+            # a Ctrl-C (or an error) between the last write and `state = "probation"`: the
+            # journal may say probation while this object does not know it. Undo it now, not
+            # when the watchdog sees the caller gone, and say so (not "nothing written")
+            if self.state not in ("rolled_back", "rollback_failed", "confirmed"):
+                try:
+                    self._rollback(f"error as probation started: {type(e).__name__}: {e}")
+                except Exception:  # noqa: BLE001 - the first error is the one to report;
+                    pass  # the watchdog still rolls back at the deadline
+            raise
+        return self
+
+    def _enter_probation(self, policy: Any) -> None:
         prob = self._probation(policy)
         # probation 0: no monitoring period, confirm at once; the watchdog still undoes the
         # change if the caller never confirms (NO_PROBATION_GRACE_S). The caller's probation
@@ -163,7 +178,6 @@ class Transaction:
             self._mon_thread = threading.Thread(target=self._monitor_loop, daemon=True,
                                                 name=f"safety-monitors-{self.id}")
             self._mon_thread.start()
-        return self
 
     def _policy(self) -> Any:
         from safety import policy as pol  # pydantic + yaml only when a policy is used

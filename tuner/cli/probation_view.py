@@ -13,6 +13,21 @@ from tuner.ops.settings import Settings
 POLL_S = 0.2
 
 
+def _imports(tty: bool) -> None:
+    """Everything the view's thread runs, imported in the caller's thread before it starts.
+    Why: a Ctrl-C that lands in importlib's module-lock cleanup (a weakref callback, which
+    swallows the KeyboardInterrupt) leaves the global import lock held by the main thread; a
+    view thread importing at that moment waits for it for good while the main thread waits for
+    the module the view is importing: `apply` hung after Ctrl-C, with nothing printed."""
+    import safety.journal  # noqa: F401 - with journal_reads, anchor, securefs, sqlite3
+    import tuner.ops.probation  # noqa: F401
+    import tuner.ops.safety  # noqa: F401
+
+    if tty:
+        import rich.console  # noqa: F401
+        import rich.progress  # noqa: F401
+
+
 class ProbationView:
     """Watch for the newest transaction whose label starts with `label`, begun after this
     view started, until stopped."""
@@ -29,6 +44,7 @@ class ProbationView:
         self._bar_: Any = None
 
     def __enter__(self) -> "ProbationView":
+        _imports(self.tty)
         self._thread = threading.Thread(target=self._run, name="probation-view", daemon=True)
         self._thread.start()
         return self

@@ -189,11 +189,12 @@ def wait(txn: Any, journal: Any, prof: Any, knobs: dict[str, Any], pol: Any, wat
     from tuner.ops import apply_errors, probation
 
     try:
-        txn.begin()
-        if started is not None:
-            started({"result": "in probation", "transaction": txn.id, "probation_s": watch,
-                     "confirm_by": time.time() + watch})
-        return probation.wait(txn, watch, f"profile {prof.name}: {watch:g}s probation passed")
+        with probation.ctrl_c_remembered():  # a Ctrl-C Python drops still ends the wait
+            txn.begin()
+            if started is not None:
+                started({"result": "in probation", "transaction": txn.id, "probation_s": watch,
+                         "confirm_by": time.time() + watch})
+            return probation.wait(txn, watch, f"profile {prof.name}: {watch:g}s probation passed")
     except (SafetyError, KeyboardInterrupt) as e:
         raise apply_errors.translate(prof.name, e, txn, pol, knobs) from None
     finally:

@@ -9,11 +9,13 @@ period after it; `watch_of` recovers `watch` from the journal's probation_s for 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from tuner.ops.settings import NO_DAEMON_ENV
 
@@ -32,15 +34,53 @@ def watch_of(total: float) -> float:
 def wait(txn: Any, watch: float, reason: str) -> str:
     """Poll the monitors for `watch` seconds, then confirm. Returns who confirmed: "probation
     passed" or "confirmed elsewhere"; raises the transaction's SafetyError when it was rolled
-    back (here on an incident, or elsewhere)."""
+    back (here on an incident, or elsewhere), and KeyboardInterrupt for a Ctrl-C that Python
+    dropped (`ctrl_c_remembered`)."""
     end = time.monotonic() + watch
     while txn.state == "probation" and (left := end - time.monotonic()) > 0:
+        _raise_if_ctrl_c()
         txn.check()  # notices a confirm or a rollback from another process in the journal
         time.sleep(min(POLL_S, max(0.01, left)))
+    _raise_if_ctrl_c()  # never confirm after a Ctrl-C
     if txn.state == "confirmed":
         return "confirmed elsewhere"
     txn.confirm(reason)
     return "probation passed"
+
+
+_ctrl_c = threading.Event()
+
+
+@contextlib.contextmanager
+def ctrl_c_remembered() -> Iterator[None]:
+    """While an apply begins and waits: SIGINT also sets a flag that `wait` raises. Python
+    raises KeyboardInterrupt in whatever code runs when it notices the signal; in code it calls
+    from C (a __del__, a weakref callback such as importlib's module-lock cleanup, an at-fork
+    hook) the KeyboardInterrupt is printed as "Exception ignored" and dropped, and the apply
+    went on with its probation as if no Ctrl-C had come. Main thread only (signals go there)
+    and only over Python's own handler; elsewhere (the daemon's request threads) a no-op."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    _ctrl_c.clear()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        _ctrl_c.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _ctrl_c.clear()
+
+
+def _raise_if_ctrl_c() -> None:
+    if _ctrl_c.is_set():
+        _ctrl_c.clear()  # raised once: the rollback after it must not be interrupted by it
+        raise KeyboardInterrupt
 
 
 Started = Callable[[dict[str, Any]], None]
