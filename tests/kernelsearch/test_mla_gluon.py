@@ -114,17 +114,20 @@ out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_asyn
 spec = importlib.util.spec_from_file_location("ks_mla_sparse_pingpong", sys.argv[6])
 spmod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(spmod)
-spsig = {"Q": "*bf16", "KV": "*bf16", "RW": "*i32", "O": "*bf16", "Op": "*fp32", "Lp": "*fp32"}
+spsig = {"Q": "*bf16", "KV": "*bf16", "RW": "*i32", "BT": "*i32", "SL": "*i32", "O": "*bf16",
+         "Op": "*fp32", "Lp": "*fp32"}
 spsig.update({k: "i32" for k in ("H", "topk", "n_splits", "split_len")})
 spsig["qk_scale"] = "fp32"
-spsig.update({k: "i32" for k in ("nrows", "sqb", "sqh", "srb", "sob", "soh")})
-spsig.update({k: "constexpr" for k in ("STAGES", "ONE", "LOADERS", "P_SMEM", "num_warps")})
-spattrs = {(i,): [["tt.divisibility", 16]] for i in list(range(6)) + [12, 13, 14, 15, 16]}
-for loaders, p_smem in ((2, False), (4, True)):  # both loader widths, P from registers / smem
+spsig.update({k: "i32" for k in ("nrows", "cap", "sqb", "sqh", "srb", "sbt", "sob", "soh")})
+spsig.update({k: "constexpr" for k in ("PAGE", "POS", "STAGES", "ONE", "LOADERS", "P_SMEM",
+                                       "num_warps")})
+spattrs = {(i,): [["tt.divisibility", 16]] for i in list(range(8)) + [15, 16, 17, 19, 20]}
+# both loader widths, P from registers / smem; positions mapped in the loaders / rows as given
+for loaders, p_smem, pos in ((2, False, True), (4, True, False)):
     ck = triton.compile(gluon._runtime.GluonASTSource(
         spmod._sparse_pingpong, signature=spsig, attrs=spattrs,
-        constexprs={"STAGES": 2, "ONE": False, "LOADERS": loaders, "P_SMEM": p_smem,
-                    "num_warps": 4}),
+        constexprs={"PAGE": 64, "POS": pos, "STAGES": 2, "ONE": False, "LOADERS": loaders,
+                    "P_SMEM": p_smem, "num_warps": 4}),
         target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
     ptx = ck.asm["ptx"]
     out.append({"sm90a": ".target sm_90a" in ptx, "wgmma": ptx.count("wgmma.mma_async"),
@@ -245,7 +248,8 @@ def test_sparse_gluon_kernel_matches_the_reference(shape, monkeypatch):
                                    (5, 16, 3000, 64, 512, 1), (3, 128, 100, 64, 2048, 1)])
 def test_sparse_pingpong_matches_the_reference(shape, monkeypatch):
     """Ragged, fewer valid indices than top-k, NaN in every unread row, 16 heads, splits whose
-    tiles select nothing (the running max stays -inf there)."""
+    tiles select nothing (the running max stays -inf there); positions mapped by the loaders
+    (FOLD=1) and by the rows kernel first (the default)."""
     from kernelsearch.harness.correctness import compare
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -257,7 +261,8 @@ def test_sparse_pingpong_matches_the_reference(shape, monkeypatch):
     flat = args[1].view(-1, mla.D_QK)
     flat[(flat == mla.POISON).all(dim=1)] = float("nan")
     ref = fam.reference(*args)
-    for cfg in (dict(GRID=4), dict(GRID=132, LOADERS=4, P_SMEM=1), dict(GRID=1056, P_SMEM=1)):
+    for cfg in (dict(GRID=4, FOLD=1), dict(GRID=132, LOADERS=4, P_SMEM=1, FOLD=1),
+                dict(GRID=1056, P_SMEM=1, FOLD=1), dict(GRID=132)):
         compare(mod.forward(*args, **cfg), ref, "bfloat16", fam, f"sparse pingpong {shape} {cfg}")
 
 

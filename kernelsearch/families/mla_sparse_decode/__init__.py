@@ -162,8 +162,9 @@ FAMILY.variants["gluon_wgmma"] = _gluon.variant(
     _gluon_valid)
 # the warp-specialized ping-pong kernel over gathered rows (mla_decode's gluon_pingpong with a
 # cp.async loader): its tile is fixed (64 heads x 64 rows, two stages); 2 or 4 loader warps, P
-# from registers or shared memory
+# from registers or shared memory, positions mapped to rows by the loaders (FOLD) or beforehand
 FAMILY.variants["gluon_pingpong"] = _gluon.variant(
     "gluon_pingpong", Path(__file__).parent,
-    {"GRID": [132, 264, 528, 1056], "STAGES": [2], "LOADERS": [2, 4], "P_SMEM": [0, 1]},
+    {"GRID": [132, 264, 528, 1056], "STAGES": [2], "LOADERS": [2, 4], "P_SMEM": [0, 1],
+     "FOLD": [0, 1]},
     lambda cfg, shape: True)

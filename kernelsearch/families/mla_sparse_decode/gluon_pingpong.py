@@ -1,16 +1,21 @@
 """Sparse MLA decode in Gluon (Hopper): mla_decode's gluon_pingpong over the selected rows.
-A first small kernel turns every selected position into its physical cache row (-1 where
-skipped: -1, at or past the length). LOADERS loader warps gather each [64, 576] tile of those
-rows by cp.async (skipped slots zero-filled, so nothing unread reaches P V) into a two-stage ring
-and signal an mbarrier when their copies land; they read the next tile's row numbers before
-waiting for a free stage, so that load's latency is off the path to the copies (one warp
-reading them per 16-row step was the kernel's bottleneck: 1.3-1.5x slower). Two warpgroups take
-the tiles in turn as in the dense kernel: the owner's S = q K^T (the tile's row numbers read
-before S is issued), softmax and P (over the rope block), then both P V on their half of V, P
-from registers or, P_SMEM, straight from shared memory as the wgmma's A operand (fewer
-registers; faster at the largest batches). A tile with no selected row keeps the running max at
--inf and adds nothing. Split over the top-k with the LSE merge. `forward_rows` takes physical
-rows directly (FlashMLA's indices).
+FOLD=1: the loader warps map each tile's selected positions to physical cache rows through the
+block table themselves (skipped: -1, at or past the length) and the warpgroups mask by position:
+one launch fewer and no rows buffer. FOLD=0 (the default, so that an entry measured before FOLD
+existed runs as measured): a first small kernel writes the rows for the main one. Neither wins
+everywhere on the H200 (-4% to +5% at the same config), so FOLD is searched like the others.
+LOADERS loader warps gather each [64, 576] tile of those rows by cp.async (skipped slots
+zero-filled, so nothing unread reaches P V) into a two-stage ring and signal an mbarrier when
+their copies land; they read (and map) the next tile's rows before waiting for a free stage, so
+those loads' latency is off the path to the copies (one warp reading them per 16-row step was
+the kernel's bottleneck: 1.3-1.5x slower). Two warpgroups take the tiles in turn as in the dense
+kernel: the owner's S = q K^T (the tile's slots read before S is issued), softmax and P (over
+the rope block), then both P V on their half of V, P from registers or, P_SMEM, straight from
+shared memory as the wgmma's A operand (fewer registers; faster at the largest batches). A tile
+with no selected row keeps the running max at -inf and adds nothing. Split over the top-k with
+the LSE merge. `forward_rows` takes physical rows directly (FlashMLA's indices). A position
+inside the length whose block-table entry points outside the cache reads nothing (its key is
+zero); the caller's block table is otherwise trusted, as by every kernel here.
 Triton 3.6's Gluon names (kernelsearch.families.gluon)."""
 import torch
 import triton
@@ -41,9 +46,23 @@ def _rows_kernel(BT, SL, IDX, R, topk, cap, sbt, sib, PAGE: gl.constexpr, BLOCK:
 
 
 @gluon.jit
+def _tile_rows(ib, bt, n, end, seqlen, PAGE: gl.constexpr, POS: gl.constexpr):
+    """Physical rows of slots n (-1: skipped, or past the split). POS: ib holds positions,
+    mapped through the block table bt (only where the position is selected); else rows."""
+    v = gl.load(ib + n, mask=n < end, other=-1)
+    if POS:
+        ok = (v >= 0) & (v < seqlen)
+        p = gl.where(ok, v, 0)
+        blk = gl.load(bt + p // PAGE, mask=ok, other=0)
+        v = gl.where(ok, blk * PAGE + p % PAGE, -1)
+    return v
+
+
+@gluon.jit
 def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin,
              O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
-             rb, nrows, STAGES: gl.constexpr, ONE: gl.constexpr, P_SMEM: gl.constexpr):
+             rb, nrows, seqlen, STAGES: gl.constexpr, ONE: gl.constexpr, P_SMEM: gl.constexpr,
+             POS: gl.constexpr):
     S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, 64, 16])
     P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2)
@@ -66,14 +85,20 @@ def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin
         if t % 2 == W:
             n0 = start + t * TILE
             n = n0 + gl.arange(0, TILE, layout=C_L)
-            r = gl.load(rb + n, mask=n < end, other=-1)  # before S: its latency hides under S
+            # the slots' validity read before S: its latency hides under S. By position where
+            # the loaders map them (no block-table read on this path), else by row
+            r = gl.load(rb + n, mask=n < end, other=-1)
+            if POS:
+                sel = (r >= 0) & (r < seqlen)
+            else:
+                sel = (r >= 0) & (r < nrows)
             sc = warpgroup_mma(q_s.index(0), kv_s.index(base).permute((1, 0)), zero,
                                use_acc=False, is_async=True)
             for c in gl.static_range(1, NBLK):
                 sc = warpgroup_mma(q_s.index(c), kv_s.index(base + c).permute((1, 0)), sc,
                                    is_async=True)
             sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-            sc = gl.where(((r >= 0) & (r < nrows))[None, :], sc * qk_scale, -float("inf"))
+            sc = gl.where(sel[None, :], sc * qk_scale, -float("inf"))
             m_new = gl.maximum(m_i, gl.max(sc, axis=1))
             # a tile with no selected row keeps m = -inf: exponentials of 0, not NaN
             m_use = gl.where(m_new > -float("inf"), m_new, 0.0)
@@ -141,40 +166,41 @@ def _consume(W: gl.constexpr, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin
 
 @gluon.jit
 def _default(q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, bt, seqlen,
              STAGES: gl.constexpr, ONE: gl.constexpr, LOADERS: gl.constexpr,
-             P_SMEM: gl.constexpr):
+             P_SMEM: gl.constexpr, PAGE: gl.constexpr, POS: gl.constexpr):
     _consume(0, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE,
-             P_SMEM)
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, seqlen, STAGES,
+             ONE, P_SMEM, POS)
 
 
 @gluon.jit
 def _second(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
+            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, bt, seqlen,
             STAGES: gl.constexpr, ONE: gl.constexpr, LOADERS: gl.constexpr,
-            P_SMEM: gl.constexpr):
+            P_SMEM: gl.constexpr, PAGE: gl.constexpr, POS: gl.constexpr):
     _consume(1, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES, ONE,
-             P_SMEM)
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, seqlen, STAGES,
+             ONE, P_SMEM, POS)
 
 
 @gluon.jit
 def _loader(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows,
+            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, bt, seqlen,
             STAGES: gl.constexpr, ONE: gl.constexpr, LOADERS: gl.constexpr,
-            P_SMEM: gl.constexpr):
+            P_SMEM: gl.constexpr, PAGE: gl.constexpr, POS: gl.constexpr):
     LG: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [LOADERS, 1], [1, 0])  # LOADERS warps
     cols = gl.arange(0, TILE, layout=gl.SliceLayout(0, LG))
-    # the whole tile in one step (TILE / (4 LOADERS) rows a thread), its rows read one tile
-    # ahead: the index load's latency is off the path from `free` to the copies
+    # the whole tile in one step (TILE / (4 LOADERS) rows a thread), its rows read (POS: and
+    # mapped through the block table) one tile ahead: those loads' latency is off the path from
+    # `free` to the copies
     nr = gl.arange(0, TILE, layout=gl.SliceLayout(1, LG))
-    row = gl.load(rb + start + nr, mask=start + nr < end, other=-1)
+    row = _tile_rows(rb, bt, start + nr, end, seqlen, PAGE, POS)
     for t in range(n_tiles):
         s = t % STAGES
         ph = (t // STAGES) & 1
         nx = start + (t + 1) * TILE + nr
-        row_nx = gl.load(rb + nx, mask=nx < end, other=-1)
+        row_nx = _tile_rows(rb, bt, nx, end, seqlen, PAGE, POS)
         mbarrier.wait(free.index(s), ph ^ 1)  # both warpgroups are done with this stage
         ok = (row >= 0) & (row < nrows)
         ptr = KV + gl.where(ok, row, 0).to(gl.int64)[:, None] * 576 + cols[None, :]
@@ -186,9 +212,12 @@ def _loader(KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b
 
 
 @gluon.jit
-def _sparse_pingpong(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scale, nrows,
-                     sqb, sqh, srb, sob, soh, STAGES: gl.constexpr, ONE: gl.constexpr,
+def _sparse_pingpong(Q, KV, RW, BT, SL, O, Op, Lp, H, topk, n_splits, split_len, qk_scale,
+                     nrows, cap, sqb, sqh, srb, sbt, sob, soh, PAGE: gl.constexpr,
+                     POS: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr,
                      LOADERS: gl.constexpr, P_SMEM: gl.constexpr, num_warps: gl.constexpr):
+    """RW: positions [B, topk] (POS, mapped through BT with lengths SL capped at cap) or
+    physical rows (BT, SL unused)."""
     hb = gl.program_id(0)
     s_id = gl.program_id(1)
     b = gl.program_id(2)
@@ -219,16 +248,21 @@ def _sparse_pingpong(Q, KV, RW, O, Op, Lp, H, topk, n_splits, split_len, qk_scal
         q_s.index(c).store(gl.load(qrow + c * TILE, mask=(hq < H)[:, None], other=0.0))
     fence_async_shared()
     rb = RW + b.to(gl.int64) * srb
+    bt = BT + b.to(gl.int64) * sbt
+    if POS:
+        seqlen = gl.minimum(gl.load(SL + b), cap)
+    else:
+        seqlen = cap
     gl.warp_specialize([
         (_default, (q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-                    s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
-                    ONE, LOADERS, P_SMEM)),
+                    s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, bt,
+                    seqlen, STAGES, ONE, LOADERS, P_SMEM, PAGE, POS)),
         (_second, (KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-                   s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
-                   ONE, LOADERS, P_SMEM)),
+                   s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, bt,
+                   seqlen, STAGES, ONE, LOADERS, P_SMEM, PAGE, POS)),
         (_loader, (KV, q_s, kv_s, m_s, a_s, l_s, ready, free, pready, fin, O, Op, Lp, b, hb, H,
-                   s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, STAGES,
-                   ONE, LOADERS, P_SMEM)),
+                   s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, rb, nrows, bt,
+                   seqlen, STAGES, ONE, LOADERS, P_SMEM, PAGE, POS)),
     ], [4, LOADERS], [232, 40])
 
 
@@ -254,10 +288,19 @@ def _sparse_pingpong_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
 
 
 def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
-                 REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0):
-    """Over physical cache rows [B, topk] int32 (-1 or outside the cache: unused)."""
+                 REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0, FOLD: int = 0):
+    """Over physical cache rows [B, topk] int32 (-1 or outside the cache: unused). FOLD is
+    taken so that one config serves both entry points; rows need no mapping either way."""
+    return _launch(q, kv_cache, rows, None, None, scale, GRID, STAGES, REGS, LOADERS, P_SMEM)
+
+
+def _launch(q, kv_cache, ix, block_table, seq_lens, scale, GRID, STAGES, REGS, LOADERS,
+            P_SMEM):
+    """ix: positions (with block_table and seq_lens) or rows (both None)."""
     B, H = q.shape[0], q.shape[1]
-    topk = rows.shape[1]
+    topk = ix.shape[1]
+    pos = block_table is not None
+    page = kv_cache.shape[1]
     hb = (H + T - 1) // T
     tiles = (topk + T - 1) // T
     want = max(1, min(GRID // (B * hb), tiles))
@@ -268,11 +311,14 @@ def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
     nrow = 1 if one else B * H * n_splits
     op = torch.empty((nrow * 512,), dtype=torch.float32, device=q.device)
     lp = torch.empty((nrow,), dtype=torch.float32, device=q.device)
+    bt, sl = (block_table, seq_lens) if pos else (ix, ix)  # unread without positions
     _sparse_pingpong[(hb, n_splits, B)](
-        q, kv_cache, rows, out, op, lp, H, topk, n_splits, per * T,
-        scale * 1.4426950408889634, kv_cache.shape[0] * kv_cache.shape[1], q.stride(0),
-        q.stride(1), rows.stride(0), out.stride(0), out.stride(1), STAGES=STAGES, ONE=one,
-        LOADERS=LOADERS, P_SMEM=bool(P_SMEM), num_warps=4, maxnreg=REGS)
+        q, kv_cache, ix, bt, sl, out, op, lp, H, topk, n_splits, per * T,
+        scale * 1.4426950408889634, kv_cache.shape[0] * page,
+        bt.shape[1] * page if pos else 0, q.stride(0), q.stride(1), ix.stride(0),
+        bt.stride(0) if pos else 0, out.stride(0), out.stride(1),
+        PAGE=page if pos else 1, POS=pos, STAGES=STAGES, ONE=one, LOADERS=LOADERS,
+        P_SMEM=bool(P_SMEM), num_warps=4, maxnreg=REGS)
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
         _sparse_pingpong_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0),
@@ -281,7 +327,11 @@ def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
 
 
 def forward(q, kv_cache, block_table, seq_lens, indices, scale, *, GRID: int = 264,
-            STAGES: int = 2, REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0):
+            STAGES: int = 2, REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0,
+            FOLD: int = 0):
+    if FOLD:
+        return _launch(q, kv_cache, indices, block_table, seq_lens, scale, GRID, STAGES, REGS,
+                       LOADERS, P_SMEM)
     page = kv_cache.shape[1]
     B, topk = indices.shape[0], indices.shape[1]
     rows = torch.empty((B, topk), dtype=torch.int32, device=q.device)
