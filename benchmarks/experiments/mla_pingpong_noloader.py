@@ -1,8 +1,8 @@
 """Issue 35's experiment (not shipped): gluon_pingpong without its loader warp. Each warpgroup
 reloads by TMA the blocks it read last (its half of V after its P V, block 8 after reading the
-other's P), so the kernel has 8 warps and 240 registers a thread instead of 12 warps and 168
-(ptxas caps every partition at the kernel's maxnreg; 12 warps x 168 is the most that launches):
-spills 136 -> 76 bytes. Correct on FlashMLA-style inputs, but 8-12% slower on the H200
+other's P), so the kernel has 8 warps and 240 registers a thread instead of 12 warps sharing
+384 x 168 (232 a consumer warpgroup beside a 40-register loader, benchmarks/experiments/
+gluon_partition_regs.py): spills 136 -> 76 bytes. Correct on FlashMLA-style inputs, but 8-12% slower on the H200
 (benchmarks/results/mla-gluon-h200-2026-12-03/noloader.json): the reloads sit on the
 warpgroups' own critical path. Timed by benchmarks/bench_mla_ablate.py --kernels.
 

@@ -1,0 +1,39 @@
+"""benchmarks/experiments/gluon_partition_regs.py: the register probe the README's account of the
+Gluon kernels' spills rests on, run as a user runs it (a child with Triton 3.6, compiling for
+sm_90 on the CPU). It must find every partition of each kernel, and the facts the README states:
+consumer code runs past the launch's 168 registers under its setmaxnreg, and the two consumer
+warpgroups' budgets add up to what 12 warps share beside the loader."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kernelsearch.test_mla_gluon import _gluon_triton
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "benchmarks" / "experiments" / "gluon_partition_regs.py"
+
+
+def test_probe_finds_each_partition_and_registers_past_the_launch_figure(tmp_path):
+    env, why = _gluon_triton()
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "regs.json"
+    r = subprocess.run([sys.executable, str(PROBE), "--json", str(out)], capture_output=True,
+                       text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert len(doc) == 4 and all("pieces" in k for k in doc), [k.get("error") for k in doc]
+    for k in doc:
+        assert ".maxnreg 168" in k["ptx_head"] and ".reqntid 384" in k["ptx_head"], k
+        consumers = [p for p in k["pieces"] if p["hgmma"] > 0]
+        assert len(consumers) == 2, k  # two warpgroups, each with its own wgmma code
+        # code after setmaxnreg uses more than the kernel-wide 168, up to its own budget
+        assert all(168 < p["max_reg"] <= p["budget"] for p in consumers), consumers
+        # 12 warps share 384 x 168 registers: the consumers' budgets and the loader's fill it
+        loader = [p for p in k["pieces"] if p["budget"] == 40]
+        assert loader and sum(p["budget"] for p in consumers) * 128 + 128 * 40 <= 384 * 168, k
+    # the table the script prints is the JSON's
+    assert r.stdout.count("| piece |") == 4
