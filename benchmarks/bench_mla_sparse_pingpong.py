@@ -8,8 +8,8 @@ every sparse cell of h200-mla.json at its corner (B_hi, L_hi): the shipped entry
 gluon_pingpong at each of CONFIGS, each output checked against the reference first (CUDA graph,
 two input sets rotated); (C) a candidate table where gluon_pingpong is at least 3% faster than
 the shipped entry, and every entry already on gluon_pingpong at its best config, its shipped one
-among them (the kernel may have changed since it was measured), and those entries as a table of their own (OUT/cand) for
-benchmarks/recertify_tables.py.
+among them (the kernel may have changed since it was measured), and those entries as a table of
+their own (OUT/cand) for benchmarks/recertify_tables.py.
 
     python3 benchmarks/bench_mla_sparse_pingpong.py --out DIR [--deadline-s 240]
 

@@ -288,9 +288,8 @@ def _sparse_pingpong_merge(Op, Lp, O, H, n_splits, sob, soh, SPAD: gl.constexpr,
 
 
 def forward_rows(q, kv_cache, rows, scale, *, GRID: int = 264, STAGES: int = 2,
-                 REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0, FOLD: int = 0):
-    """Over physical cache rows [B, topk] int32 (-1 or outside the cache: unused). FOLD is
-    taken so that one config serves both entry points; rows need no mapping either way."""
+                 REGS: int = 168, LOADERS: int = 2, P_SMEM: int = 0):
+    """Over physical cache rows [B, topk] int32 (-1 or outside the cache: unused)."""
     return _launch(q, kv_cache, rows, None, None, scale, GRID, STAGES, REGS, LOADERS, P_SMEM)
 
 
