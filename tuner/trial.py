@@ -101,6 +101,9 @@ class Measurement(BaseModel):
     per_size: dict[str, float] = Field(default_factory=dict)  # e.g. {"decode@ctx4096,b8": tok/s}
     per_size_tok_per_j: dict[str, float] = Field(default_factory=dict)  # tokens/J per size (higher is better)
     per_size_watts: dict[str, float] = Field(default_factory=dict)  # mean board watts per size
+    #: requests/s meeting the latency SLOs per size (a serving workload's goodput; higher is better);
+    #: the repeats, where kept, in extra["per_size_goodput_samples"]
+    per_size_goodput: dict[str, float] = Field(default_factory=dict)
     energy_source: str = ""  # nvml_energy_counter | nvml_power_samples | sim_model | "" (not measured)
     extra: dict[str, Any] = Field(default_factory=dict)
 
