@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 # System packages: sshd (fleet tests), iproute2 (network namespaces), libvirt headers (the Redfish
 # emulator's libvirt driver), pciutils (lspci decodes PCIe config dumps), systemd (systemd-analyze).
-APT_PKGS=(openssh-server openssh-client iproute2 libvirt-dev pkg-config gcc pciutils systemd)
+# grub-common (grub-editenv: the boot-trial tests write real grubenv files).
+APT_PKGS=(openssh-server openssh-client iproute2 libvirt-dev pkg-config gcc pciutils systemd grub-common)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${APT_PKGS[@]}"; do

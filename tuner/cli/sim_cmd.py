@@ -23,12 +23,16 @@ def init(
     vm: bool = typer.Option(False, "--vm", help="A cloud VM: host settings read-only."),
     gpus: int = typer.Option(1, "--gpus", help="Number of GPUs (1..8)."),
     seed: int = typer.Option(0, "--seed", help="Seeds UUIDs, chip margins and measurement noise."),
+    boot_loader: str = typer.Option("grub", "--boot-loader",
+                                    help="grub or systemd-boot (the loader `boot try` uses)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Create a simulated host in DIR."""
     from tuner.sim.hostinit import init_host
 
-    r = init_host(root, sku, vm=vm, gpus=gpus, seed=seed)
+    if boot_loader not in ("grub", "systemd-boot"):
+        raise BadInput(f"--boot-loader: expected grub or systemd-boot, got {boot_loader!r}")
+    r = init_host(root, sku, vm=vm, gpus=gpus, seed=seed, boot_loader=boot_loader)
     info = json.loads((r / "host.json").read_text())
     if as_json:
         print(json.dumps({"root": str(r), **info}))
@@ -55,6 +59,34 @@ def inject(
     r = do_inject(root, event, args or [], gpu=gpu)
     print(f"injected {r['event']}{' ' + str(r['count']) if r['count'] else ''} on gpu{r['gpu']} "
           f"({r['bdf']})")
+
+
+@sim_app.command("reboot")
+def reboot(
+    root: Path = typer.Argument(..., metavar="DIR", help="A simulated host folder."),
+    hang: bool = typer.Option(False, "--hang", help="The first boot hangs; the hardware watchdog "
+                                                    "resets it."),
+    panic: bool = typer.Option(False, "--panic", help="The first boot panics; panic= resets it."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Reboot a simulated host: the boot loader picks the entry (a one-shot first), a new boot ID,
+    /proc/cmdline and module parameters from it, pending BIOS settings applied. Stop the daemon
+    first, as on a real host."""
+    from tuner.sim import boot
+
+    _require_host(root)
+    if hang and panic:
+        raise BadInput("sim reboot: --hang and --panic exclude each other")
+    if not (Path(root) / "proc/cmdline").exists():
+        raise BadInput(f"{root}: this simulated host has no boot loader (a --vm host)")
+    r = boot.reboot(root, "hang" if hang else "panic" if panic else None)
+    if as_json:
+        print(json.dumps(r))
+        return
+    for b in r["boots"]:
+        print(f"booted {b['entry']}: {b['outcome']}"
+              + (f" (reset by the {b['reset_by']})" if b.get("reset_by") else ""))
+    print(f"cmdline: {r['cmdline']}")
 
 
 @sim_app.command("show")

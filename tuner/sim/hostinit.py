@@ -46,7 +46,8 @@ def new_gpu(sku: Sku, index: int, bdf: str, seed: int) -> dict[str, Any]:
 
 
 def init_host(root: str | os.PathLike[str], sku_name: str = "h200", vm: bool = False,
-              gpus: int = 1, seed: int = 0, force: bool = False, os_tree: bool = True) -> Path:
+              gpus: int = 1, seed: int = 0, force: bool = False, os_tree: bool = True,
+              boot_loader: str = "grub") -> Path:
     """Create the host. os_tree=False leaves out the CPU/OS/BMC tree of tuner.sim.ostree (tests of
     the GPU side only, where its few hundred files are just start-up time)."""
     sku = get_sku(sku_name)
@@ -84,6 +85,10 @@ def init_host(root: str | os.PathLike[str], sku_name: str = "h200", vm: bool = F
         from tuner.sim import ostree
 
         ostree.build(root, sku.name, vm)
+        if not vm:  # a cloud VM's boot is the provider's: no boot loader to try settings with
+            from tuner.sim import boot
+
+            boot.init(root, boot_loader)
     # host.json last: it marks a complete host
     atomic_write(root / "host.json", json.dumps({
         "sku": sku.name, "vm": vm, "seed": seed, "gpus": gpus, "created": now,

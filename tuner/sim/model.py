@@ -212,7 +212,8 @@ def evaluate(sku: Sku | str, gpu: dict[str, Any]) -> Outcome:
 def true_throughput(state: dict[str, Any]) -> float:
     """Noise-free throughput of the host (sum over its GPUs) for a loaded state.json dict."""
     sku = get_sku(state["sku"])
-    return float(sum(evaluate(sku, g).throughput for g in state["gpus"]))
+    return float(sum(evaluate(sku, g).throughput for g in state["gpus"])
+                 * float(state.get("boot_factor", 1.0)))
 
 
 def default_gpu_settings(sku: Sku) -> dict[str, Any]:

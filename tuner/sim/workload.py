@@ -96,7 +96,8 @@ class SimWorkload(Untuned):
         outs, hang, xids, rng, unit = self._start("workload")
         if hang:
             self._hang(timeout_s, "workload")
-        true = sum(o.throughput for o in outs)
+        # boot-time settings (tuner/sim/boot.py): the command line the host booted with
+        true = sum(o.throughput for o in outs) * float(self.state.read().get("boot_factor", 1.0))
         samples = [round(true * (1.0 + rng.gauss(0.0, NOISE_SIGMA)), 2) for _ in range(repeats)]
         watts = [o.power_w for o in outs]  # utilisation 1: a busy decode (tuner.sim.power)
         extra: dict[str, Any] = {
