@@ -64,10 +64,13 @@ class BootTrials:
             raise ValueError(f"unknown trial state {state!r}")
         now = time.time()
         with self.journal._tx() as c:
-            row = c.execute("SELECT history FROM boot_trials WHERE id=?", (trial_id,)).fetchone()
+            row = c.execute("SELECT history, result FROM boot_trials WHERE id=?",
+                            (trial_id,)).fetchone()
             if row is None:
                 raise KeyError(f"no boot trial #{trial_id}")
             hist = load(row[0]) + [{"state": state, "time": now, "reason": reason}]
+            if result is not None:  # what the steps found, merged (the boot IDs, the gate's numbers)
+                result = {**(load(row[1]) or {}), **result}
             sets, args = ["state=?", "reason=?", "history=?", "updated=?"], [state, reason, dump(hist), now]
             if baseline is not None:
                 sets.append("baseline=?")

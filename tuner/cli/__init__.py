@@ -26,7 +26,7 @@ app = typer.Typer(
 # tuner.cli.<module>.register(app) for each (a module that fails to import fails loudly)
 MODULES = [
     "demo_cmd", "sim_cmd", "trials_cmd", "search_cmd", "kernel_cmd", "safety_cmd",
-    "profile_cmd", "host_cmd", "daemon_cmd", "compare_cmd", "fleet_cmd", "diagnose_cmd",
+    "profile_cmd", "host_cmd", "daemon_cmd", "compare_cmd", "fleet_cmd", "diagnose_cmd", "boot_cmd",
 ]
 
 

@@ -93,6 +93,10 @@ class DaemonConfig(_Strict):
     #: change is always rolled back.
     on_fatal_incident: Literal["rollback", "record"] = "rollback"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: the gate after a trial boot (docs/boot-trials.md): seconds of health watching, and the
+    #: workload it benchmarks (None: `sim` on a simulated host, `llama` elsewhere)
+    boot_gate_probation_s: float = Field(60.0, ge=0, le=MAX_PROBATION_S)
+    boot_gate_workload: Optional[str] = None
     search: SearchConfig = Field(default_factory=SearchConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
 

@@ -65,6 +65,8 @@ health_interval_s = 5                   # seconds between health samples (safety
 stop_policy = "keep"                    # on stop: "keep" the tuned state or "rollback" to baseline
 on_fatal_incident = "rollback"          # Xid 79 etc. with a confirmed change: "rollback" to baseline or "record"
 log_level = "info"
+boot_gate_probation_s = 60              # after a trial boot: health watched this long before its benchmark
+# boot_gate_workload = "llama"          # what the gate after a trial boot measures (default: sim / llama)
 
 [search]                                # searches the daemon starts by itself (one at a time, in a child)
 enabled = false

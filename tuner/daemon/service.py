@@ -177,6 +177,7 @@ class Daemon:
         self.mirror.tail(report=False)  # history before this start is not news
         self._call("recover")
         self.mirror.tail()  # what recovery rolled back, logged with its reason
+        self._boot_gate()
         self.incidents.load_pending()  # queued before a crash or a stop
         self._status("detecting hardware")
         self.host = self.settings().host()
@@ -198,6 +199,16 @@ class Daemon:
             self.metrics = Metrics(cfg.state_dir, read_knobs=self._knob_values,
                                    read_health=lambda: health.sample(self.host))
         self._refresh_knob_metrics()
+
+    def _boot_gate(self) -> None:
+        """A trial boot open in the journal is decided before anything else runs on this boot:
+        promoted, demoted (and the host rebooted into the old default) or found lost."""
+        self._status("boot trial gate")
+        res = self._call("boot_gate", probation=self.cfg.boot_gate_probation_s,
+                         workload=self.cfg.boot_gate_workload)
+        if res.get("trial") is not None:
+            logs.log("boot.gate", trial=res["trial"], state=res["state"], reason=res["reason"],
+                     next=res.get("next"))
 
     def _build_monitors(self) -> list[Any]:
         """safety's standard health monitors for this host: NVML Xid events, ECC, PCIe replay,

@@ -13,7 +13,7 @@ from tuner.knobs.base import Knob
 log = logging.getLogger(__name__)
 
 # module names under tuner.knobs; each defines discover(host) -> list[Knob]
-PROVIDERS = ["gpu", "pcie", "cpu", "sysctl", "driver", "bios"]
+PROVIDERS = ["gpu", "pcie", "cpu", "sysctl", "driver", "bios", "boot"]
 
 
 def discover(host: Any, providers: list[str] | None = None,

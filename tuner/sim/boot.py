@@ -44,7 +44,7 @@ REQUEST = "boot/reboot-requested"
 #: costs DMA mapping, passthrough gives it back; deep C-states cost wake-up latency; THP off costs
 #: TLB reach); a candidate's product decides whether it wins the benchmark
 BOOT_EFFECTS: dict[tuple[str, str], float] = {
-    ("iommu", "pt"): 1.03, ("intel_iommu", "on"): 0.90, ("amd_iommu", "on"): 0.90,
+    ("iommu", "pt"): 1.08, ("intel_iommu", "on"): 0.90, ("amd_iommu", "on"): 0.90,
     ("processor.max_cstate", "1"): 1.01, ("intel_idle.max_cstate", "0"): 1.01,
     ("transparent_hugepage", "never"): 0.97, ("pcie_acs_override", "downstream,multifunction"): 1.02,
 }
