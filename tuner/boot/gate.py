@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
+from safety import _crash
 from tuner.boot import cmdline
 from tuner.boot.commands import Actions
 from tuner.boot.loader import open_loader
@@ -88,6 +89,7 @@ def resume(host: Any, journal: Any, *, monitors: Optional[list[Any]] = None,
                          "watchdog); the host is on the old default")
         trials.move(tid, "gating", "booted into the trial; the gate starts",
                     result={"boot_id_trial": bid})
+        _crash.point("gate.gating")
         return _gate(host, journal, trials, trials.get(tid), bl, monitors, measure,
                      probation_s, reboot, log)
     if st == "gating":
@@ -151,6 +153,7 @@ def _gate(host: Any, journal: Any, trials: Any, t: dict[str, Any], bl: Any,
 
         base = Measurement.model_validate(t["baseline"])
         after = measure()
+        _crash.point("gate.measured")
         verdict, reason, stats = decide_sizes([base], [after])
         nums = {"baseline": base.value, "after": after.value, "unit": after.unit,
                 "gain": stats.get("gain"), "reason": reason}
@@ -164,7 +167,9 @@ def _gate(host: Any, journal: Any, trials: Any, t: dict[str, Any], bl: Any,
 
 def _promote(journal: Any, trials: Any, t: dict[str, Any], bl: Any, why: str) -> dict[str, Any]:
     trials.move(t["id"], "promoting", why)
+    _crash.point("gate.promoting")
     bl.promote(t["entry"])
+    _crash.point("gate.promoted_entry")
     trials.move(t["id"], "promoted", why)
     journal.record(f"boot trial #{t['id']} promoted", f"{t['entry']} is the default boot entry")
     return {"trial": t["id"], "state": "promoted", "reason": why}
@@ -173,9 +178,12 @@ def _promote(journal: Any, trials: Any, t: dict[str, Any], bl: Any, why: str) ->
 def _demote(host: Any, journal: Any, trials: Any, t: dict[str, Any], bl: Any, why: str,
             reboot: bool) -> dict[str, Any]:
     trials.move(t["id"], "demoting", why)
+    _crash.point("gate.demoting")
     undo(host, t, bl)
+    _crash.point("gate.undone")
     journal.quarantine(t["candidate_key"], f"boot trial #{t['id']}: {why}")
     trials.move(t["id"], "demoted", why)
+    _crash.point("gate.demoted")
     journal.record(f"boot trial #{t['id']} demoted", why)
     out = {"trial": t["id"], "state": "demoted", "reason": why}
     if reboot:

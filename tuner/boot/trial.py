@@ -27,17 +27,20 @@ REPEATS = 6
 
 
 def parse_assignments(items: list[str]) -> dict[str, Any]:
-    """`KNOB=VALUE` words; VALUE as YAML reads it (numbers, true/false, null to remove)."""
-    import yaml
-
+    """`KNOB=VALUE` words: VALUE an integer, true/false, null (removes a parameter), else the
+    string as the kernel spells it (`on` stays "on", not YAML's true)."""
     out: dict[str, Any] = {}
     for it in items:
         name, eq, raw = it.partition("=")
         if not eq or not name:
             raise BadInput(f"{it!r}: expected KNOB=VALUE, e.g. boot.cmdline.iommu=pt")
-        try:
-            out[name] = yaml.safe_load(raw) if raw else None
-        except yaml.YAMLError:
+        if raw in ("", "null"):
+            out[name] = None
+        elif raw in ("true", "false"):
+            out[name] = raw == "true"
+        elif raw.lstrip("-").isdigit():
+            out[name] = int(raw)
+        else:
             out[name] = raw
     return out
 
@@ -85,6 +88,7 @@ def try_boot(host: Any, journal: Any, pol: Any, changes: dict[str, Any], *,
              loader: Optional[str] = None, dry_run: bool = False, workload: Optional[str] = None,
              repeats: int = REPEATS, reboot: bool = True) -> dict[str, Any]:
     """`journal` None only for a dry run on a host without one."""
+    from safety import _crash
     from safety.boot_journal import BootTrials
     from safety.transaction import candidate_key
 
@@ -123,18 +127,24 @@ def try_boot(host: Any, journal: Any, pol: Any, changes: dict[str, Any], *,
         res.update(result="dry run: nothing written", plan=act.done)
         return res
     base_m = measure(host, workload, repeats)
+    _crash.point("boot.measured")
     tid = trials.intent(candidate_key=key, loader=bl.kind, entry=entry, changes=changes,
                         boot_id=boot_id(host), cmdline=running_cmdline(host),
                         default_before=default, before_values=chk["before"])
     trials.move(tid, "intent", "benchmark before the reboot", baseline=base_m.model_dump())
+    _crash.point("boot.intent")
     bl.write_trial(entry, options, f"metaltune trial {no}")
+    _crash.point("boot.entry_written")
     for n, v in bios.items():
         chk["knobs"][n].apply(v)
     bl.arm_once(entry)
+    _crash.point("boot.armed")
     trials.move(tid, "armed", f"{entry} armed for the next boot only")
+    _crash.point("boot.armed_journalled")
     res.update(trial=tid, baseline=base_m.value, unit=base_m.unit)
     if reboot:
         trials.move(tid, "rebooting", "reboot requested")
+        _crash.point("boot.rebooting")
         try:
             act.run(["systemctl", "reboot"])
         except OperationFailed as e:

@@ -256,7 +256,8 @@ def render_unit(exec_start: list[str], *, config: str = "/" + CONFIG, allow_ip: 
         "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_SYSLOG",
         "NoNewPrivileges=yes",
         "ProtectSystem=full",
-        "ReadWritePaths=-/etc/modprobe.d",
+        "# boot trials (docs/boot-trials.md): the loaders' entries and environment blocks",
+        "ReadWritePaths=-/etc/modprobe.d -/boot/grub -/boot/grub2 -/boot/loader/entries -/efi/loader/entries",
         *sandbox,
         "# /dev/nvidia*, /dev/cpu_dma_latency and /dev/kmsg stay reachable: no PrivateDevices",
         "DevicePolicy=closed",
@@ -380,6 +381,11 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
         written.append(str(p))
 
     put(f"{UNIT_DIR}/{UNIT_NAME}", unit, 0o644, operator_owned=False)
+    from tuner.boot import unit as gate_unit
+
+    env = [ln for ln in unit.splitlines() if ln.startswith("Environment=PYTHONPATH")]
+    put(f"{UNIT_DIR}/{gate_unit.UNIT_NAME}", gate_unit.render(exec_start, env), 0o644,
+        operator_owned=False)
     put(CONFIG, CONFIG_TEMPLATE.format(
         backend=backend, state_dir="/" + STATE_DIR, policy="/" + POLICY,
         sim_line=f'sim_root = "{Path(sim_root).resolve()}"' if sim_root else '# sim_root = "/path/to/sim"',
@@ -406,7 +412,9 @@ def uninstall(root: Path = Path("/"), *, purge: bool = False) -> dict[str, Any]:
     """Remove the unit; with `purge` also the config, policy and state (journal, trials)."""
     root = Path(root)
     removed = []
-    paths = [root / UNIT_DIR / UNIT_NAME]
+    from tuner.boot import unit as gate_unit
+
+    paths = [root / UNIT_DIR / UNIT_NAME, root / UNIT_DIR / gate_unit.UNIT_NAME]
     if purge:
         paths += [root / CONFIG, root / POLICY]
     for p in paths:
