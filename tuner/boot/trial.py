@@ -8,7 +8,7 @@ Order, each step journalled (safety.boot_journal) before it is taken:
   4. the trial entry written (the default's copy with the candidate's command line; driver
      options as `nvidia.NVreg_X=V` tokens, so they are one-shot too), BIOS attributes staged;
   5. the entry armed for the next boot only -> `armed`;
-  6. `rebooting`, then `systemctl reboot` (unless --no-reboot).
+  6. `systemctl reboot` (unless --no-reboot), then `rebooting`.
 `--dry-run` runs the checks and returns the entry and the commands, writing nothing.
 """
 from __future__ import annotations
@@ -143,8 +143,6 @@ def try_boot(host: Any, journal: Any, pol: Any, changes: dict[str, Any], *,
     _crash.point("boot.armed_journalled")
     res.update(trial=tid, baseline=base_m.value, unit=base_m.unit)
     if reboot:
-        trials.move(tid, "rebooting", "reboot requested")
-        _crash.point("boot.rebooting")
         try:
             act.run(["systemctl", "reboot"])
         except OperationFailed as e:
@@ -152,6 +150,9 @@ def try_boot(host: Any, journal: Any, pol: Any, changes: dict[str, Any], *,
 
             abort(host, trials, trials.get(tid), bl, f"the reboot failed: {e}")
             raise
+        # after the request: `armed` in the same boot means no reboot was asked for (abort it)
+        trials.move(tid, "rebooting", "reboot requested")
+        _crash.point("boot.rebooting")
         res["result"] = "rebooting into the trial entry"
     else:
         res["result"] = "armed: the next boot tries it (reboot when ready)"
