@@ -44,6 +44,7 @@ CPU_OS = ["cpu.governor", "cpu.energy_performance_preference", "cpu.boost",
 
 
 def _vocabulary() -> list[tuple[re.Pattern[str], str]]:
+    from tuner.knobs.boot import PARAMS
     from tuner.knobs.driver import OPTIONS
     from tuner.knobs.sysctl import ALLOWED
 
@@ -55,16 +56,19 @@ def _vocabulary() -> list[tuple[re.Pattern[str], str]]:
         (rf"({'|'.join(map(re.escape, CPU_OS))})", "cpu/os knob"),
         (rf"sysctl\.({'|'.join(map(re.escape, ALLOWED))})", "sysctl.<allowed name>"),
         (r"bios\.[A-Za-z_][A-Za-z0-9_.]*[*?]?", "bios.<Attribute>"),
+        (rf"boot\.cmdline\.({'|'.join(map(re.escape, PARAMS))})", "boot.cmdline.<parameter>"),
     ]
     return [(re.compile(p + r"\Z"), d) for p, d in pats]
 
 
 def known_examples() -> list[str]:
+    from tuner.knobs.boot import PARAMS
     from tuner.knobs.driver import OPTIONS
     from tuner.knobs.sysctl import ALLOWED
 
     return ([f"gpu*.{f}" for f in GPU_FIELDS] + [f"pcie.*.{f}" for f in PCIE_FIELDS]
-            + [f"driver.nvidia.{o}" for o in OPTIONS] + CPU_OS + [f"sysctl.{n}" for n in ALLOWED])
+            + [f"driver.nvidia.{o}" for o in OPTIONS] + CPU_OS + [f"sysctl.{n}" for n in ALLOWED]
+            + [f"boot.cmdline.{p}" for p in PARAMS])
 
 
 def check_knob_key(key: str) -> Optional[str]:
@@ -80,7 +84,7 @@ def check_knob_key(key: str) -> Optional[str]:
     return ("not a knob metaltune knows" + extra
             + (f"; did you mean {hint[0]!r}?" if hint else
                "; expected gpu<i>.<field>, pcie.<bdf>.<field>, cpu.*, os.*, sysctl.<name>, "
-               "driver.nvidia.<option> or bios.<Attribute>"))
+               "driver.nvidia.<option>, bios.<Attribute> or boot.cmdline.<parameter>"))
 
 
 # -- the file model ---------------------------------------------------------------------------

@@ -138,8 +138,16 @@ def register(app: typer.Typer) -> None:
             if not as_csv:
                 bad = [it.get("knob") or it["key"] for it in res["knobs"]
                        if it["status"] in ("drifted", "error")]
+                boot = [it for it in res["knobs"] if (it.get("knob") or "").startswith("boot.")
+                        and it.get("reason")]
+                for it in boot:  # TuneD's verify words: missing, or present with another value
+                    print(f"{it['knob']}: {it['reason']}")
+                runtime = [n for n in bad if not n.startswith("boot.")]
                 print(f"profile {res['profile']} is in force" if not bad else
-                      f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` puts them back")
+                      f"not in force: {', '.join(bad)}"
+                      + (f"; `metaltune apply {res['profile']}` puts them back" if runtime else "")
+                      + ("; boot-time values: `metaltune boot try KNOB=VALUE...`"
+                         if len(runtime) < len(bad) else ""))
         if not res["ok"]:
             raise typer.Exit(1)
 

@@ -61,7 +61,26 @@ class CmdlineParam(Knob):
         return cmdline.same(wanted, got)
 
     def pending(self) -> Any:
-        return None  # a trial entry is one-shot: nothing waits for "the next boot" but a trial
+        """The default boot entry's value when it differs from the running one (a promoted
+        trial not yet booted, or an edit by hand): what the next normal boot brings. A trial
+        entry is one-shot and never counts."""
+        try:
+            from tuner.boot.loader import open_loader
+
+            bl = open_loader(self.host)
+            opts = cmdline.parse(bl.options_of(bl.default()) or bl.default_entry().get("options", ""))
+        except Exception:  # no boot loader we can read (a VM, a container): nothing pending
+            return None
+        want, cur = cmdline.value_of(opts, self.param), cmdline.value_of(running(self.host), self.param)
+        return None if cmdline.same(want, cur) else want
+
+    def verify_note(self, wanted: Any) -> str:
+        """Why a wanted value is not in force, in TuneD's words (its bootloader plugin's verify)."""
+        cur = cmdline.value_of(running(self.host), self.param)
+        want = cmdline.render(self.param, wanted) or f"no {self.param}"
+        if cur is None:
+            return f"{self.param} is missing from /proc/cmdline (expected {want})"
+        return f"{cmdline.render(self.param, cur)} in /proc/cmdline, expected {want}"
 
     def clear_pending(self) -> None:
         return None

@@ -97,6 +97,8 @@ def plan(profile: Any, knobs: dict[str, Any]) -> list[dict[str, Any]]:
             it["status"] = "ok"
         else:
             it["status"] = "drifted"
+        if it["status"] != "ok" and hasattr(k, "verify_note"):
+            it["reason"] = k.verify_note(value)  # a boot-time value: what /proc/cmdline says
         items.append(it)
     for ks in unmatched:
         items.append({"knob": None, "key": ks.key, "file": ks.file, "line": ks.line,
