@@ -87,6 +87,12 @@ def gate_cmd(
         return
     print(f"boot trial #{res['trial']}: {res['state']}: {res['reason']}"
           + (f"; {res['next']}" if res.get("next") else ""))
+    b = res.get("boot_search")
+    if b and b["boot_search"] == "armed":
+        print(f"boot-time search: trial #{b['trial']} armed with {json.dumps(b['candidate'])} "
+              f"({b['reboots_left']} reboots left after this one); {b['result']}")
+    elif b:
+        print(b["reason"])
 
 
 @boot_app.command("status")

@@ -26,6 +26,20 @@ search_host_cmd = search_app.command("host")(model_command(
 
 
 def _print_host_result(res: dict) -> None:
+    if res.get("run_id") is not None:
+        _print_runtime_result(res)
+    for n, why in (res.get("left_out") or {}).items():
+        print(f"left out: {n}: {why}")
+    b = res.get("boot_search")
+    if b and b["boot_search"] == "armed":
+        print(f"boot-time search: trial #{b['trial']} armed with {json.dumps(b['candidate'])}; "
+              f"{b['reboots_left']} reboots left after this one; {b['result']}. The gate after "
+              f"each boot decides it and arms the next (`metaltune boot status`)")
+    elif b:
+        print(b["reason"])
+
+
+def _print_runtime_result(res: dict) -> None:
     from tuner.cli.tables import print_table
 
     rej = ", ".join(f"{n} {why}" for why, n in sorted(res.get("rejected", {}).items())) or "none"

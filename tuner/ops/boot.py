@@ -49,10 +49,36 @@ def boot_gate(settings: Any, probation: Optional[Probation] = None,
         nvml = None
     monitors = mon.standard(nvml=nvml, root=host.path("/"))
     with translate():
-        return gate.resume(host, j, monitors=monitors,
-                           measure=lambda: measure(host, workload, repeats),
-                           probation_s=gate.PROBATION_S if probation is None else probation,
-                           reboot=reboot)
+        res = gate.resume(host, j, monitors=monitors,
+                          measure=lambda: measure(host, workload, repeats),
+                          probation_s=gate.PROBATION_S if probation is None else probation,
+                          reboot=reboot)
+        if reboot:
+            nxt = continue_search(settings, host, j, res)
+            if nxt is not None:
+                res["boot_search"] = nxt
+        return res
+
+
+def continue_search(settings: Any, host: Any, journal: Any,
+                    gate_result: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """`search host --reboots N`: once a trial is decided, the next boot-time candidate."""
+    from tuner.boot import queue
+    from tuner.boot.trial import try_boot
+    from tuner.ops.apply import _load_policy
+
+    q = queue.after_gate(settings.state_dir, gate_result)
+    if q is None:
+        return None
+    if gate_result["state"] == "aborted":  # no reboot came: a person stopped it, or a crash
+        queue.drop(settings.state_dir)
+        why = f"boot-time search stopped: trial #{gate_result['trial']} was aborted"
+        journal.record("boot search", why)
+        return {"boot_search": "stopped", "reason": why}
+    pol = _load_policy(q.get("policy"))
+    return queue.arm_next(settings.state_dir, q, lambda cand: try_boot(
+        host, journal, pol, dict(cand), loader=q.get("loader"), workload=q.get("workload"),
+        repeats=q.get("repeats", 6)), journal)
 
 
 @operation("boot_status", reads=True)

@@ -162,6 +162,10 @@ class HostSearchOptions(SearchOptions):
                                     json_schema_extra=cli("--workload"))
     metric_regex: Optional[str] = Field(None, description=_METRIC_HELP,
                                         json_schema_extra=cli("--metric-regex"))
+    reboots: int = Field(0, ge=0, le=100, json_schema_extra=cli("--reboots", "N"),
+                         description="Reboots the search may spend on boot-time knobs "
+                                     "(boot.cmdline.*): one trial boot per candidate, gated after "
+                                     "the boot (docs/boot-trials.md); 0 leaves them out.")
 
 
 class MixedSearchOptions(HostSearchOptions):
@@ -212,6 +216,9 @@ class MixedSearchOptions(HostSearchOptions):
     def _alone_values(self) -> "MixedSearchOptions":
         _alone("--knob", self.knobs, NONE)
         _alone("--suggest-table", self.suggest, AUTO, NONE)
+        if self.reboots:
+            raise ValueError("--reboots: search mixed tries no boot-time settings; use "
+                             "`search host --reboots N`")
         return self
 
 

@@ -12,6 +12,7 @@ from tuner.search.options import HostSearchOptions
 from tuner.trial import Trial
 
 DEFAULT_KNOBS = ["gpu*.power_limit_w", "gpu*.locked_clocks_mhz", "gpu*.locked_mem_clocks_mhz"]
+BOOT = "boot."  # boot-time knobs: tried by trial boots (tuner.boot), one candidate per reboot
 
 
 @dataclass
@@ -135,11 +136,20 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     all_knobs = registry.discover(host)
     chosen = registry.select(all_knobs, knobs or DEFAULT_KNOBS)
     chosen = {n: k for n, k in chosen.items() if k.limits().search_values()}
-    if not chosen:
-        raise BadInput("no searchable knob among --knobs on this host")
-    wl = make_workload(host, o.workload, o.metric_regex, timeout_s)
+    boot = {n: k for n, k in chosen.items() if n.startswith(BOOT)}
+    chosen = {n: k for n, k in chosen.items() if n not in boot}
+    if not chosen and not (boot and o.reboots):
+        raise BadInput("no searchable knob among --knobs on this host"
+                       + (f" ({', '.join(sorted(boot))} take effect at boot: --reboots N)"
+                          if boot else ""))
     guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,
                           measure_timeout_s=timeout_s)
+    if not chosen:  # boot-time knobs only: each candidate is a trial boot
+        try:
+            return {**_no_runtime_run(), **boot_search(settings, host, guard, boot, o)}
+        finally:
+            guard.close()
+    wl = make_workload(host, o.workload, o.metric_regex, timeout_s)
     try:
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,
@@ -149,7 +159,8 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     finally:
         guard.close()
     counts = Counter(t.verdict for t in run.trials)
-    return {
+    booted = boot_search(settings, host, guard, boot, o) if boot else {}
+    return {**booted,
         "run_id": run.run_id, "trials": len(run.trials), "kept": counts.get("kept", 0),
         "reverted": counts.get("reverted", 0), "rolled_back": counts.get("rolled_back", 0),
         "rejected": dict(Counter(t.reason for t in run.trials if t.verdict == "rejected")),
@@ -157,6 +168,35 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         "best_settings": dict(run.evaluator.incumbent), "seconds": run.seconds,
         **obj.describe(), "baseline_tok_per_j": _tpj(run.baseline),
     }
+
+
+def boot_search(settings: Any, host: Any, guard: Any, knobs: dict[str, Any],
+                o: HostSearchOptions) -> dict[str, Any]:
+    """The boot-time knobs: left out (said) without --reboots; else their candidates queued and
+    the first armed, the reboot asked for; the gate after each boot arms the next
+    (tuner.ops.boot.continue_search) until the reboot budget is spent."""
+    from tuner.boot import queue
+    from tuner.boot.trial import try_boot
+
+    if not o.reboots:
+        return {"left_out": {n: "takes effect at boot: `--reboots N` tries boot-time candidates, "
+                                "one reboot each" for n in sorted(knobs)}}
+    counted = guard.policy_check_for(knobs)
+    cands = queue.plan(knobs, lambda n, before, v: counted(n, before, v) is None)
+    if not cands:
+        return {"left_out": {n: f"the policy allows no change ({guard.policy.source})"
+                             for n in sorted(knobs)}}
+    journal = guard.journal
+    q = queue.start(settings.state_dir, cands, o.reboots, policy=o.policy, workload=o.workload,
+                    repeats=max(3, o.repeats * 2))
+    return {"boot_search": queue.arm_next(settings.state_dir, q, lambda cand: try_boot(
+        host, journal, guard.policy, dict(cand), workload=o.workload,
+        repeats=q["repeats"]), journal)}
+
+
+def _no_runtime_run() -> dict[str, Any]:
+    return {"run_id": None, "trials": 0, "kept": 0, "reverted": 0, "rolled_back": 0,
+            "rejected": {}, "baseline": None, "start": {}, "best_settings": {}, "seconds": 0.0}
 
 
 def _tpj(m: Any) -> Any:
