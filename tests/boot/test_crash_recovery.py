@@ -142,3 +142,22 @@ def test_a_real_sigkill_mid_gate_is_recovered_at_the_next_start(tmp_path):
     assert Grub(Host("sim", s.sim_root)).default() is None
     assert finish(s)["state"] == "promoted"
     assert Grub(Host("sim", s.sim_root)).default() == "metaltune-trial-1"
+
+
+def test_a_fatal_incident_during_the_probation_demotes_the_trial(tmp_path):
+    import threading
+
+    from tuner.sim.inject import inject
+
+    s, pol = host(tmp_path, "h")
+    ops.boot_try(s, ["boot.cmdline.iommu=pt"], policy=pol, repeats=3)  # a winner otherwise
+    simboot.reboot(s.sim_root)
+    t = threading.Timer(0.5, lambda: inject(s.sim_root, "xid", ["79"]))
+    t.start()
+    try:
+        res = ops.boot_gate(s, probation=3.0)
+    finally:
+        t.join()
+    assert res["state"] == "demoted" and "79" in res["reason"], res
+    assert Grub(Host("sim", s.sim_root)).default() is None
+    assert finish(s)["state"] == "rolled_back"
