@@ -204,8 +204,12 @@ class Daemon:
         """A trial boot open in the journal is decided before anything else runs on this boot:
         promoted, demoted (and the host rebooted into the old default) or found lost."""
         self._status("boot trial gate")
-        res = self._call("boot_gate", probation=self.cfg.boot_gate_probation_s,
-                         workload=self.cfg.boot_gate_workload)
+        try:
+            res = self._call("boot_gate", probation=self.cfg.boot_gate_probation_s,
+                             workload=self.cfg.boot_gate_workload)
+        except OperationFailed as e:  # the trial stays open in the journal; the next start retries
+            logs.log("boot.gate", level="error", error=str(e))
+            return
         if res.get("trial") is not None:
             logs.log("boot.gate", trial=res["trial"], state=res["state"], reason=res["reason"],
                      next=res.get("next"))
