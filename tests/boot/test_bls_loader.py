@@ -47,3 +47,16 @@ def test_a_panic_leaves_the_entry_with_no_tries_and_the_host_on_the_old_default(
     assert "metaltune-trial-1+0-1.conf" in entries(b)  # sorted last: never picked again
     assert b.status()["loader"]["default"] != "metaltune-trial-1"
     assert b.reboot()["cmdline"] == base.strip()
+
+
+def test_writing_a_trial_pins_the_old_default_so_the_new_entry_never_wins_by_name(bls_boot):
+    from tuner.boot.bls import Bls
+    from tuner.host import Host
+
+    b = bls_boot
+    old = Bls(Host("sim", b.root)).default()
+    assert old is not None and not Bls(Host("sim", b.root)).pinned()
+    b.try_("boot.cmdline.iommu=pt", "--no-reboot")
+    bl = Bls(Host("sim", b.root))
+    assert bl.pinned() and bl.default() == old
+    assert bl.boot_order()[0].name == "metaltune-trial-1+1.conf"  # first in the menu, not default

@@ -82,8 +82,19 @@ class Bls:
         return next((p for p in self.files() if split_name(p.name)[0] == ident), None)
 
     def boot_order(self) -> list[Path]:
-        """Entries in menu order: those with no tries left last (systemd-boot's rule)."""
-        return sorted(self.files(), key=lambda p: (split_name(p.name)[1] == 0, p.name))
+        """Entries in menu order, as systemd-boot sorts them: those with no tries left last,
+        the others newest (highest name) first."""
+        files = sorted(self.files(), key=lambda p: p.name, reverse=True)
+        return sorted(files, key=lambda p: split_name(p.name)[1] == 0)
+
+    def pinned(self) -> bool:
+        """Whether the default is named (EFI variable or loader.conf), not just the first."""
+        if efivars.read(self.host, "LoaderEntryDefault"):
+            return True
+        try:
+            return any(ln.split()[:1] == ["default"] for ln in self.conf.read_text().splitlines())
+        except OSError:
+            return False
 
     def default(self) -> Optional[str]:
         """The entry booted when no one-shot is set: LoaderEntryDefault, loader.conf's pattern,
@@ -127,6 +138,8 @@ class Bls:
 
     def write_trial(self, entry: str, options: str, title: str) -> None:
         base = self.default_entry()
+        if not self.pinned():  # a new entry sorts first: it must not become the default by name
+            self.act.run(["bootctl", "set-default", f"{base['id']}.conf"])
         old = self.file_of(entry)
         if old is not None:
             self.act.remove(old)
