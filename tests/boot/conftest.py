@@ -21,6 +21,8 @@ rules:
     allow_null: true
   - knob: "driver.nvidia.*"
     allow_reboot_effect: true
+  - knob: "bios.*"
+    allow_reboot_effect: true
 """
 
 

@@ -97,3 +97,17 @@ def test_the_default_policy_refuses_reboot_effect_knobs_without_allow_reboot_eff
     assert "forbidden" in str(pol.load_default().check(k, None, "pt"))
     p = pol.Policy.parse("version: 1\nrules:\n  - knob: 'boot.cmdline.*'\n")
     assert "allow_reboot_effect is false" in str(p.check(k, None, "pt"))
+
+
+def test_a_bios_attribute_is_staged_for_the_trial_and_restaged_when_it_loses(boot):
+    def bios() -> str:
+        return boot.json("status")["current"]["bios.ProcCStates"]
+
+    boot.try_("bios.ProcCStates=Disabled")
+    assert bios() == "Enabled"  # staged at the BMC, not in force before the reset
+    boot.reboot()
+    assert bios() == "Disabled"  # read back from the BMC's current settings
+    res = boot.gate()
+    assert res["state"] == "demoted", res  # no faster in the model
+    boot.reboot()
+    assert bios() == "Enabled" and boot.gate()["state"] == "rolled_back"

@@ -5,9 +5,11 @@ open trial from the journal and, by its state and whether the boot ID changed:
 
 - same boot, `intent` or `armed`: the reboot never came; the entry is removed and disarmed
   (`aborted`). Same boot, `rebooting`: the reboot is under way; nothing to do yet.
-- new boot, `armed`/`rebooting`, the candidate's command line not in force: the trial boot never
-  came back (a panic, a hang reset by the watchdog; the one-shot was spent, so the old default
-  booted): `lost`, the candidate quarantined.
+- new boot, `armed`/`rebooting`, not booted from the trial entry (its `metaltune.trial=N` mark
+  is not on /proc/cmdline): the trial boot never came back (a panic, a hang reset by the
+  watchdog; the one-shot was spent, so the old default booted): `lost`, the candidate
+  quarantined (with BIOS settings, which any reset applies: restaged and demoted, one more
+  reboot).
 - new boot, in force: `gating`: every requested value read back where it took effect, the health
   monitors for the probation, the benchmark against the one taken before the reboot. Passed:
   `promoting` -> the entry made the default (or blessed) -> `promoted`. Failed: `demoting` -> the
@@ -23,10 +25,9 @@ import time
 from typing import Any, Callable, Optional
 
 from safety import _crash
-from tuner.boot import cmdline
 from tuner.boot.commands import Actions
+from tuner.boot.host import BIOS, abort, boot_id, booted_entry, undo
 from tuner.boot.loader import open_loader
-from tuner.boot.host import BIOS, abort, boot_id, running_cmdline, token_changes, undo
 
 PROBATION_S = 60.0
 POLL_S = 1.0
@@ -53,14 +54,6 @@ def not_in_force(host: Any, t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def on_old_cmdline(host: Any, t: dict[str, Any]) -> bool:
-    toks = cmdline.parse(running_cmdline(host))
-    before = cmdline.parse(t["cmdline_before"])
-    keys = token_changes(t["changes"])
-    return not any(not cmdline.same(cmdline.value_of(toks, k), cmdline.value_of(before, k))
-                   for k in keys)
-
-
 def resume(host: Any, journal: Any, *, monitors: Optional[list[Any]] = None,
            measure: Optional[Callable[[], Any]] = None, probation_s: float = PROBATION_S,
            reboot: bool = True, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
@@ -83,10 +76,10 @@ def resume(host: Any, journal: Any, *, monitors: Optional[list[Any]] = None,
     if st == "rebooting" and same:
         return {"trial": tid, "state": st, "reason": "waiting for the reboot into the trial"}
     if st in ("armed", "rebooting"):
-        if on_old_cmdline(host, t):
+        if not booted_entry(host, t["entry"]):
             return _lost(host, journal, trials, t, bl, bid,
                          "the trial boot never came back (a panic or a hang reset by the "
-                         "watchdog); the host is on the old default")
+                         "watchdog); the host is on the old default", reboot)
         trials.move(tid, "gating", "booted into the trial; the gate starts",
                     result={"boot_id_trial": bid})
         _crash.point("gate.gating")
@@ -98,13 +91,13 @@ def resume(host: Any, journal: Any, *, monitors: Optional[list[Any]] = None,
                            "stopped); a half-run gate never promotes", reboot)
         return _lost(host, journal, trials, t, bl, bid,
                      "the trial boot died during its gate (a panic or a hang reset by the "
-                     "watchdog); the host is on the old default")
+                     "watchdog); the host is on the old default", reboot)
     if st == "promoting":
         return _promote(journal, trials, t, bl, "promotion finished after a restart")
     if st == "demoting":
         return _demote(host, journal, trials, t, bl, t["reason"] or "demotion finished", reboot)
     if st == "demoted":
-        if res.get("boot_id_trial") != bid and on_old_cmdline(host, t):
+        if res.get("boot_id_trial") != bid and not booted_entry(host, t["entry"]):
             trials.move(tid, "rolled_back", "rebooted into the old default; the candidate "
                         "stays quarantined")
             return {"trial": tid, "state": "rolled_back", "reason": t["reason"]}
@@ -116,7 +109,12 @@ def resume(host: Any, journal: Any, *, monitors: Optional[list[Any]] = None,
 
 
 def _lost(host: Any, journal: Any, trials: Any, t: dict[str, Any], bl: Any, bid: str,
-          why: str) -> dict[str, Any]:
+          why: str, reboot: bool) -> dict[str, Any]:
+    if any(n.startswith(BIOS) for n in t["changes"]):
+        # BIOS settings are not one-shot: in force after any reset. Restaged, and one more
+        # reboot brings the old values back
+        trials.move(t["id"], "gating", why, result={"boot_id_trial": bid})
+        return _demote(host, journal, trials, t, bl, why + "; BIOS settings restaged", reboot)
     undo(host, t, bl)
     journal.quarantine(t["candidate_key"], f"boot trial #{t['id']}: {why}")
     trials.move(t["id"], "lost", why, result={"boot_id_after": bid})

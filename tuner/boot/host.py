@@ -12,8 +12,24 @@ BIOS = "bios."
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
+#: on every trial entry's command line, so the boot after says whether the trial entry booted
+#: (a dotted parameter of a module that does not exist: the kernel ignores it)
+MARK = "metaltune.trial"
+
+
 def entry_id(trial_no: int) -> str:
     return f"metaltune-trial-{trial_no}"
+
+
+def mark_of(entry: str) -> str:
+    return entry.rsplit("-", 1)[-1]
+
+
+def booted_entry(host: Any, entry: str) -> bool:
+    """Whether the running kernel was booted from this trial entry."""
+    from tuner.boot import cmdline
+
+    return cmdline.value_of(cmdline.parse(running_cmdline(host)), MARK) == mark_of(entry)
 
 
 def boot_id(host: Any) -> str:

@@ -18,8 +18,8 @@ from typing import Any, Optional
 
 from tuner.boot import cmdline
 from tuner.boot.commands import Actions
-from tuner.boot.host import (BIOS, CMDLINE, DRIVER, boot_id, entry_id, running_cmdline,
-                             token_changes)
+from tuner.boot.host import (BIOS, CMDLINE, DRIVER, MARK, boot_id, entry_id, mark_of,
+                             running_cmdline, token_changes)
 from tuner.boot.loader import open_loader
 from tuner.errors import BadInput, OperationFailed
 
@@ -110,9 +110,10 @@ def try_boot(host: Any, journal: Any, pol: Any, changes: dict[str, Any], *,
     bl.check()
     default = bl.default()
     base = cmdline.parse(bl.options_of(default) or bl.default_entry().get("options", ""))
-    options = cmdline.join(cmdline.with_changes(base, token_changes(changes)))
     no = (trials.all(1)[0]["id"] + 1) if trials and trials.all(1) else 1
     entry = entry_id(no)
+    options = cmdline.join(cmdline.with_changes(
+        base, {**token_changes(changes), MARK: mark_of(entry)}))
     res: dict[str, Any] = {"loader": bl.kind, "entry": entry, "options": options,
                            "default": default, "changes": changes, "before": chk["before"],
                            "policy": chk["policy"], "host": socket.gethostname()}
