@@ -51,8 +51,7 @@ def try_cmd(
     no_reboot: bool = typer.Option(False, "--no-reboot", help="Arm the entry; reboot yourself."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Arm a boot-time candidate for the next boot only, after a benchmark; then reboot. The
-    daemon's gate after the boot keeps it (default entry) or falls back to the old default."""
+    """Arm a boot-time candidate for the next boot only (benchmark first), then reboot."""
     res = invoke(settings(ctx), "boot_try", changes=changes, loader=loader, dry_run=dry_run,
                  policy=policy, workload=workload, repeats=repeats, reboot=not no_reboot)
     if as_json:
