@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from tuner.boot import cmdline
 from tuner.boot.commands import Actions
 from tuner.errors import OperationFailed
 
