@@ -149,6 +149,9 @@ def apply_cmd(
     resume_halted: bool = typer.Option(False, "--resume-halted", help="Resume a halted rollout (after fixing its cause)."),
     restart: bool = typer.Option(False, "--restart", help="Ignore an existing state file and start a new rollout."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the waves and each host's `apply --dry-run` plan; change nothing."),
+    drain_cmd: Optional[str] = typer.Option(None, "--drain-cmd", help="With boot-time settings: run on this machine before a host's trial boot ({host} is replaced); must exit 0."),
+    undrain_cmd: Optional[str] = typer.Option(None, "--undrain-cmd", help="With boot-time settings: run once the host is healthy again."),
+    gate_timeout: float = typer.Option(1800.0, "--gate-timeout", min=1, callback=finite(1, 86400), help="Seconds to wait for a host's gate after its trial boot."),
 ) -> None:
     """Roll PROFILE out: canaries first (probation + health check), then waves; halt and roll back
     the current wave on an incident or regression; resumable from the state file."""
@@ -167,7 +170,8 @@ def apply_cmd(
         raise BadInput(f"--limit {limit!r}: no host of {inventory} selected")
     opts = Options(canary=canary, wave_size=wave_size, probation_s=probation, parallel=parallel,
                    health_cmd=health_cmd, metric=metric, tolerance=tolerance, repeats=repeats,
-                   trust_new=trust_new, timeout_s=timeout)
+                   trust_new=trust_new, timeout_s=timeout, drain_cmd=drain_cmd,
+                   undrain_cmd=undrain_cmd, gate_timeout_s=gate_timeout)
     if dry_run:
         return _dry_run(profile, hosts, plan_waves([h.name for h in hosts], canary, wave_size), opts, as_json)
     if state is None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from tuner.errors import BadInput
+from tuner.fleet import boot_step
 from tuner.fleet.inventory import Host
 from tuner.fleet.remote import Outcome, Remote, fan_out
 
@@ -57,6 +58,10 @@ class Options:
     repeats: int = 5
     trust_new: bool = False
     timeout_s: float = 900.0
+    #: boot-time settings (tuner.fleet.boot_step): hooks run on the controller around the trial
+    drain_cmd: Optional[str] = None
+    undrain_cmd: Optional[str] = None
+    gate_timeout_s: float = 1800.0
 
 
 def plan_waves(names: list[str], canary: int, wave_size: int) -> list[list[str]]:
@@ -190,6 +195,19 @@ class Rollout:
                 return Outcome(h.name, False, "failed", "unconfirmed change on host")
             seen = _incident_keys(status)
             before = self._measure(r) if self.opts.metric else None
+            boot = boot_step.values(self.local_profile)
+            if boot:  # drain, a one-shot boot, and its gate before anything else
+                stage = "boot"
+                why = boot_step.hook(self.opts.drain_cmd, h.name, self.opts.timeout_s)
+                ok, what = (False, f"drain hook: {why}") if why else boot_step.try_and_wait(
+                    lambda: self._remote(h), boot, self.opts.timeout_s, self.opts.gate_timeout_s,
+                    self.log)
+                if not ok:
+                    st.set_host(h.name, FAILED, what, applied=False)
+                    return Outcome(h.name, False, "failed", what)
+                self.log(f"{h.name}: {what}")
+                r.close()
+                r = self._remote(h)  # the host rebooted: a new session
             prof = self._profile_arg(r)
             stage = "apply"
             res = r.metaltune(["apply", prof, "--probation", _secs(self.opts.probation_s)],
@@ -214,6 +232,11 @@ class Rollout:
             if problems:
                 st.set_host(h.name, FAILED, "; ".join(problems), applied=True, **extra)
                 return Outcome(h.name, False, "failed", "; ".join(problems))
+            if boot:
+                why = boot_step.hook(self.opts.undrain_cmd, h.name, self.opts.timeout_s)
+                if why:
+                    st.set_host(h.name, FAILED, f"undrain hook: {why}", applied=True, **extra)
+                    return Outcome(h.name, False, "failed", f"undrain hook: {why}")
             st.set_host(h.name, DONE, "applied and healthy", applied=True, **extra)
             return Outcome(h.name, True, "ok", "applied and healthy")
         except Exception as e:

@@ -11,6 +11,7 @@ force are read back (`after`).
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +240,7 @@ def _load_policy(policy: Optional[str]) -> Any:
     from safety import policy as pol
     from safety.errors import PolicyError
 
+    policy = policy or os.environ.get("METALTUNE_POLICY")  # a fleet inventory's per-host env
     try:
         if policy:
             return pol.load(policy)
