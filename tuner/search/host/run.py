@@ -47,6 +47,7 @@ def search_knobs(
     from tuner.search.store import TrialStore
 
     obj = objective or O.THROUGHPUT
+    require_metric(obj, workload, timeout_s)  # before anything is written or a trial spent
     start = {n: k.read() for n, k in knobs.items()}
     clamp_to_budget(knobs, guard, obj, start)  # power-capped: the run starts within the budget
     incumbent = dict(start)
@@ -63,7 +64,7 @@ def search_knobs(
     space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
                                   current=lambda: incumbent, allowed_now=allowed_now)
     for d in space.dims:  # power-capped: never propose a limit over the budget
-        d.values = [v for v in d.values if O.within_budget(obj, d.name, knobs[d.name].limits().from_search(v))]
+        d.values = [v for v in d.values if obj.within_budget(d.name, knobs[d.name].limits().from_search(v))]
     space.dims = [d for d in space.dims if d.values]
     if not space.dims:
         raise BadInput("the policy allows no change of " + ", ".join(sorted(knobs))
@@ -81,6 +82,19 @@ def search_knobs(
     return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2))
 
 
+def require_metric(obj: Any, workload: Any, timeout_s: float) -> None:
+    """An objective that reads more than tokens/s (energy, power, goodput): one measurement of
+    the workload first, and BadInput (exit 2) when it does not report that metric, so the
+    search refuses up front instead of reverting every trial for it."""
+    if not obj.needs:
+        return
+    probe = workload.measure(repeats=1, timeout_s=timeout_s)
+    try:
+        obj.require(probe, getattr(workload, "name", None) or type(workload).__name__)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
 def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str, Any]) -> None:
     """power-capped: a power limit over the budget is brought down to the highest value of its
     grid within it before anything is measured, in a safety transaction confirmed like a kept
@@ -88,12 +102,11 @@ def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str
     in place. A policy that refuses it is bad input (exit 2): nothing within the budget could be
     tried."""
     from tuner.errors import OperationFailed
-    from tuner.search.objective import within_budget
 
     changes = {}
     for n, v in start.items():
-        if not within_budget(obj, n, v):
-            grid = [g for g in knobs[n].limits().search_values() if within_budget(obj, n, g)]
+        if not obj.within_budget(n, v):
+            grid = [g for g in knobs[n].limits().search_values() if obj.within_budget(n, g)]
             if not grid:
                 raise BadInput(f"--power-budget {obj.power_budget_w:g}: below {n}'s lowest limit")
             changes[n] = max(grid)
@@ -128,9 +141,9 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     o = opts if opts is not None else HostSearchOptions.parse("search_host", kw)
     budget, proposer, knobs, seed, repeats = o.budget, o.proposer, o.knobs, o.seed, o.repeats
     timeout_s = o.timeout_s
-    from tuner.search.objective import Objective
+    from tuner.search import objective as O
 
-    obj = Objective.of(o)
+    obj = O.of(o)
     host = settings.host()
     all_knobs = registry.discover(host)
     chosen = registry.select(all_knobs, knobs or DEFAULT_KNOBS)

@@ -22,11 +22,12 @@ from tuner.proposers.llm.context import host_context
 from tuner.proposers.seeded import seeded
 from tuner.search import loop
 from tuner.search.host.evaluator import HostEvaluator
-from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget
+from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget, require_metric
 from tuner.search.mixed.evaluator import MixedEvaluator, first_step_gain
 from tuner.search.mixed.space import (TORCH, Incumbent, JointSpace, kernel_slots, kinds_of,
                                       stored_sources, suggested_point)
-from tuner.search.objective import THROUGHPUT, Objective, tok_per_j, within_budget
+from tuner.search import objective as O
+from tuner.search.objective import THROUGHPUT, tok_per_j
 from tuner.search.options import AUTO, NONE, MixedSearchOptions
 from tuner.search.runtime import RuntimeEvaluator
 from tuner.search.safety_context import SafetyContext
@@ -132,7 +133,7 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
     if not (chosen or runtime_dims or slots):
         raise BadInput("nothing to search: no host knob, runtime setting or kernel slot")
 
-    obj = Objective.of(o)
+    obj = O.of(o)
     guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,  # BadInput: policy
                           measure_timeout_s=o.timeout_s)
     try:
@@ -175,6 +176,8 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
          proposer: str, seed: int, repeats: int, rounds: int, timeout_s: float,
          isolate: Optional[bool], on_trial: Optional[Callable[[Trial], None]],
          meta: dict[str, Any], objective: Any = None) -> dict[str, Any]:
+    if objective is not None:  # a workload without the objective's metric: refused up front
+        require_metric(objective, wl, timeout_s)
     if objective is not None and chosen:  # power-capped: the run starts within the budget
         clamp_to_budget(chosen, guard, objective, {n: k.read() for n, k in chosen.items()})
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
@@ -184,7 +187,7 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
         for d in ev.joint.host_dims:
             dom = ev.joint.doms[d.name]
             d.values[:] = [v for v in d.values if not isinstance(v, (int, float))
-                           or within_budget(objective, d.name, dom.from_search(v))]
+                           or objective.within_budget(d.name, dom.from_search(v))]
     joint, inc = ev.joint, ev.joint.incumbent
     start_host, start_rt = dict(inc.host), dict(inc.runtime)
     space, kw = joint.space, {}
