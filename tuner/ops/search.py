@@ -36,14 +36,13 @@ def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
             **({"models": tuple(o.models)} if o.models else {}),
             **({"model": o.model} if o.model else {}))
     from tuner.search.kernel import run_kernel_search
+    from tuner.search.objective import of
 
     trials: list[dict[str, Any]] = []
     res = run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
                             device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
                             timeout_s=o.timeout_s, on_trial=lambda t: trials.append(_brief(t)),
-                            objective={k: getattr(o, k) for k in ("objective", "throughput_floor",
-                                                                  "power_budget_w")
-                                       if getattr(o, k) is not None})
+                            objective=of(o))
     return {**res, "trial_log": trials}
 
 
@@ -52,7 +51,7 @@ def _brief(t: Any) -> dict[str, Any]:
     k = t.candidate.kernel
     return {"bucket": k.shape_bucket, "number": t.number, "variant": k.variant,
             "config": k.config, "verdict": str(t.verdict), "reason": t.reason,
-            "time_us": 1e6 / t.objective if t.objective else None}
+            "time_us": 1e6 * t.measurements["time_s"] if t.measurements.get("time_s") else None}
 
 
 @operation("search_mixed", options=MixedSearchOptions)

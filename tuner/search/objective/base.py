@@ -110,6 +110,11 @@ class Objective(BaseModel):
         call; None when not measured."""
         return res.get("time_s") or None
 
+    def kernel_band(self, res: dict[str, Any]) -> Optional[Any]:
+        """The judge's interleaved A/B band of incumbent/candidate time ([p25, p75] per round),
+        where the cost is a time; None where it is not (joules are read once a window)."""
+        return res.get("vs_incumbent")
+
     def kernel_refusal(self, res: dict[str, Any]) -> Optional[str]:
         """A reason a measured kernel config is refused whatever its cost, or None."""
         return None

@@ -86,6 +86,9 @@ class Energy(Projected):
         """Joules a call (the judge's NVML reading over the timed calls)."""
         return res.get("energy_j") or None
 
+    def kernel_band(self, res: dict[str, Any]) -> Optional[Any]:
+        return None
+
     def kernel_refusal(self, res: dict[str, Any]) -> Optional[str]:
         return None if res.get("energy_j") else self.unmeasured
 
