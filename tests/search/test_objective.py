@@ -149,3 +149,83 @@ def test_objective_model_and_reason_codes():
     with pytest.raises(ValidationError):
         O.Energy(throughput_floor=float("nan"))
     assert set(O.OWN_REASONS) <= set(REASONS)
+
+
+# -- goodput: the same rule on the goodput view ------------------------------------------------------
+
+def served(goodput, tok_s=None, n=4, noise=0.01, seed=0):
+    """n repeats of a two-size serving workload: goodput per size (req/s meeting the SLOs),
+    its repeats in extra as the field contract says; tokens/s alike unless given."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        g = {k: [goodput[k] * (1 + rng.gauss(0, noise)) for _ in range(3)] for k in SIZES}
+        per = {k: (tok_s or goodput)[k] * 100 for k in SIZES}
+        out.append(Measurement(metric="tok/s", value=keep.geomean(list(per.values())),
+                               samples=[keep.geomean(list(per.values()))], per_size=per,
+                               per_size_goodput={k: sorted(v)[1] for k, v in g.items()},
+                               extra={"per_size_goodput_samples": g}))
+    return out
+
+
+GOODPUT = O.Goodput()
+
+
+def test_goodput_keeps_more_requests_meeting_the_slos_even_at_fewer_tokens_per_second():
+    inc = served(same(10.0), seed=1)
+    cand = served(same(12.0), tok_s=same(9.0), seed=2)  # +20% goodput at -10% tok/s
+    assert keep.decide_sizes(inc, cand)[0] == "reverted"  # throughput says no
+    verdict, reason, stats = GOODPUT.decide_sizes(inc, cand)
+    assert (verdict, reason) == ("kept", "improved")
+    assert stats["gain"] == pytest.approx(0.2, abs=0.03)
+    t = Trial(candidate=Candidate(knobs={"x": 1}), verdict="rejected", reason="malformed")
+    assert GOODPUT.gate(inc, cand, trial=t).passed and t.objective == pytest.approx(12.0, rel=0.03)
+
+
+def test_goodput_vetoes_a_size_that_lost_goodput_and_a_gain_inside_the_noise():
+    inc = served(same(10.0), seed=1)
+    cand = served({SIZES[0]: 14.0, SIZES[1]: 9.0}, seed=2)  # one size -10%
+    assert GOODPUT.decide_sizes(inc, cand)[:2] == ("reverted", "size_regressed")
+    noisy = served(same(10.2), noise=0.08, seed=3)
+    assert GOODPUT.decide_sizes(served(same(10.0), noise=0.08, seed=4), noisy)[:2] == \
+        ("reverted", "within_noise")
+
+
+def test_goodput_unmeasured_side_has_its_own_code_and_zero_goodput_counts():
+    inc = served(same(10.0), seed=1)
+    bare = [m.model_copy(update={"per_size_goodput": {}, "extra": {}}) for m in served(same(10.0))]
+    assert GOODPUT.decide_sizes(inc, bare)[:2] == ("reverted", "goodput_unmeasured")
+    assert GOODPUT.decide(inc, bare).reason == "goodput_unmeasured"
+    zero = served(same(0.0), tok_s=same(10.0), seed=5)  # no request met the SLOs: measured, worse
+    verdict, reason, _ = GOODPUT.decide_sizes(inc, zero)
+    assert verdict == "reverted" and reason in ("worse", "size_regressed")
+    with pytest.raises(ValueError, match="--objective goodput: workload w measures no goodput"):
+        GOODPUT.require(bare[0], "w")
+    GOODPUT.require(inc[0], "w")
+
+
+# -- power-capped: within the budget is not enough ----------------------------------------------------
+
+def test_power_budget_met_refuses_a_much_slower_candidate_and_never_counts_nan_as_within():
+    cap = O.PowerCapped(power_budget_w=600)
+    hot = side(same(1000.0), same(700.0), seed=1)
+    honest = side(same(930.0), same(598.0), seed=2)  # what a 600 W limit costs
+    assert cap.decide_sizes(hot, honest)[:2] == ("kept", "power_budget_met")
+    slow = side(same(33.0), same(100.0), seed=3)  # ~30x slower, well within the budget
+    verdict, reason, stats = cap.decide_sizes(hot, slow)
+    assert (verdict, reason) == ("reverted", "below_throughput_floor")
+    assert "needed" in cap.explain(reason, stats)
+    for bad in (float("nan"), -5.0, float("inf")):
+        cand = side(same(930.0), same(bad), seed=2)
+        assert cap.decide_sizes(hot, cand)[:2] == ("reverted", "over_power_budget"), bad
+        assert cap.decide(hot, cand).reason == "over_power_budget", bad
+
+
+def test_power_capped_reads_the_hottest_board_not_the_mean():
+    cap = O.PowerCapped(power_budget_w=600)
+    inc = side(same(900.0), same(560.0), seed=1)
+    cand = side(same(1000.0), same(550.0), seed=2)  # the mean of a 700 W and a 400 W board
+    for m in cand:
+        m.extra["per_board_watts"] = {"gpu0": 700.0, "gpu1": 400.0}
+    _, reason, stats = cap.decide_sizes(inc, cand)
+    assert reason == "over_power_budget" and max(stats["over_budget"].values()) == 700.0

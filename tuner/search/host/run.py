@@ -169,6 +169,7 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         "baseline": run.baseline.value, "start": run.start,
         "best_settings": dict(run.evaluator.incumbent), "seconds": run.seconds,
         **obj.describe(), "baseline_tok_per_j": _tpj(run.baseline),
+        "summary": obj.summary([run.baseline], kept_side(run.trials) or [run.baseline]),
     }
 
 
@@ -176,3 +177,19 @@ def _tpj(m: Any) -> Any:
     from tuner.search.objective import tok_per_j
 
     return tok_per_j(m)
+
+
+def kept_side(trials: list[Trial]) -> list[Any]:
+    """The measurements of the last kept candidate as its trial recorded them (the host
+    evaluator's pooled `candidate`, the holistic gate's repeats); [] when nothing was kept."""
+    from tuner.trial import Measurement
+
+    for t in reversed(trials):
+        if t.verdict != "kept":
+            continue
+        got = t.measurements.get("candidate") or (t.measurements.get("holistic") or {}).get("candidate")
+        if isinstance(got, dict):
+            got = [got]
+        if isinstance(got, list) and got:
+            return [Measurement.model_validate(m) for m in got]
+    return []

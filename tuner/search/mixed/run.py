@@ -22,7 +22,7 @@ from tuner.proposers.llm.context import host_context
 from tuner.proposers.seeded import seeded
 from tuner.search import loop
 from tuner.search.host.evaluator import HostEvaluator
-from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget, require_metric
+from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget, kept_side, require_metric
 from tuner.search.mixed.evaluator import MixedEvaluator, first_step_gain
 from tuner.search.mixed.space import (TORCH, Incumbent, JointSpace, kernel_slots, kinds_of,
                                       stored_sources, suggested_point)
@@ -215,8 +215,10 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed"}
     out = Path(guard.state_dir) / "kernels" / f"mixed-{run_id}.json"
     final.save(out)
-    return summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
-                   round(time.time() - t0, 2))
+    return {**summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
+                      round(time.time() - t0, 2)),
+            **ev.host.objective.describe(),
+            "summary": ev.host.objective.summary([base], kept_side(res.trials) or [base])}
 
 
 def _suggested_points(joint: Any, suggestions: list[Any]) -> list[dict[str, Any]]:

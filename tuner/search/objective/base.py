@@ -104,6 +104,15 @@ class Objective(BaseModel):
         for k, r in (stats.get("throughput_ratio") or {}).items():
             anchor[k] = anchor.get(k, 1.0) * r
 
+    def summary(self, start: Sequence[Measurement], kept: Sequence[Measurement]) -> dict[str, Any]:
+        """The run's start and its kept settings in the objective's metric and in tokens/s
+        (what `search host|mixed` print at the end)."""
+        unit = next((m.unit for m in start if m.unit), "") or THROUGHPUT.unit
+        return {"objective": self.name, "metric": self.metric.name, "unit": self.metric.unit,
+                "start": self.value(start), "kept": self.value(kept),
+                "throughput": {"unit": unit, "start": THROUGHPUT.of(start),
+                               "kept": THROUGHPUT.of(kept)}}
+
     # -- a kernel config timed by the judge --------------------------------------------------------
     def kernel_cost(self, res: dict[str, Any]) -> Optional[float]:
         """What a kernel search minimises for one judged config (lower is better): its time a
