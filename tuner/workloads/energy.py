@@ -15,6 +15,8 @@ import statistics
 import time
 from typing import Any, Callable, Optional
 
+from kernelsearch.energy import possible_w
+
 MIN_WINDOW_S = 0.5
 WINDOW_ENV = "METALTUNE_ENERGY_WINDOW_S"
 
@@ -66,7 +68,7 @@ class SizeEnergy:
         watts: dict[str, float] = {}
         sources = set()
         for key, r in self.readings.items():
-            if r.mean_w and key in per_size:
+            if r.mean_w and possible_w(r.mean_w) and key in per_size:
                 watts[key] = r.mean_w
                 tpj[key] = per_size[key] / r.mean_w
                 sources.add(r.source)
@@ -74,7 +76,8 @@ class SizeEnergy:
         info = {"windows_s": {k: r.seconds for k, r in self.readings.items()},
                 "overhead": (sum(r.overhead_s for r in self.readings.values()) / timed
                              if timed else 0.0),
-                "unmeasured": {k: r.reason for k, r in self.readings.items() if not r.mean_w}}
+                "unmeasured": {k: r.reason or "impossible reading" for k, r in self.readings.items()
+                               if not (r.mean_w and possible_w(r.mean_w))}}
         return {"per_size_tok_per_j": tpj, "per_size_watts": watts,
                 # one source for the measurement: the weaker where sizes differ
                 "energy_source": min(sources) if sources else "",
