@@ -55,6 +55,8 @@ def print_objective(res: dict) -> None:
     flags = {"throughput_floor": "--throughput-floor {:g}", "power_budget_w": "--power-budget {:g} W"}
     params = ", ".join(f.format(res[k]) for k, f in flags.items() if isinstance(res.get(k), (int, float)))
     print(f"objective {s['objective']}" + (f" ({params})" if params else ""))
+    for n, (before, after) in sorted((res.get("budget_clamped") or {}).items()):
+        print(f"  brought within the budget before the search: {n} {before} -> {after}")
     tp = s["throughput"]
     if s["metric"] != "throughput":
         print(f"  {s['metric']}: {_num(s['start'])} -> {_num(s['kept'])} {s['unit']} (start -> kept)")

@@ -93,8 +93,8 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
     suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     host = settings.host()
     chosen: dict[str, Any] = {}
+    found = registry.discover(host)  # every knob: a power budget holds for every board
     if knobs != [NONE]:
-        found = registry.discover(host)
         if knobs:
             chosen = registry.select(found, knobs)  # UnknownKnob (exit 2) for a name with no match
         else:  # the defaults this host has (none on a host without GPUs)
@@ -141,7 +141,8 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
                     budget=o.budget, proposer=o.proposer, seed=o.seed, repeats=o.repeats,
                     rounds=o.rounds, timeout_s=o.timeout_s, isolate=o.isolate, on_trial=on_trial,
                     meta={"knobs": sorted(chosen), "families": fams,
-                          "workload": workload or wl.name, **obj.describe()}, objective=obj)
+                          "workload": workload or wl.name, **obj.describe()}, objective=obj,
+                    others=found)
     finally:
         guard.close()
         wl.close()  # e.g. the rank processes of a multi-GPU workload
@@ -175,11 +176,14 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
          suggestions: list[Any], *, budget: int,
          proposer: str, seed: int, repeats: int, rounds: int, timeout_s: float,
          isolate: Optional[bool], on_trial: Optional[Callable[[Trial], None]],
-         meta: dict[str, Any], objective: Any = None) -> dict[str, Any]:
+         meta: dict[str, Any], objective: Any = None,
+         others: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     if objective is not None:  # a workload without the objective's metric: refused up front
         require_metric(objective, wl, timeout_s)
-    if objective is not None and chosen:  # power-capped: the run starts within the budget
-        clamp_to_budget(chosen, guard, objective, {n: k.read() for n, k in chosen.items()})
+    clamped = {}
+    if objective is not None:  # power-capped: the run starts with every board within the budget
+        clamped = clamp_to_budget(chosen, guard, objective,
+                                  {n: k.read() for n, k in chosen.items()}, others)
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
                          repeats=repeats, timeout_s=timeout_s, isolate=isolate,
                          store_dir=sources_dir(guard.state_dir), objective=objective)
@@ -217,7 +221,7 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     final.save(out)
     return {**summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
                       round(time.time() - t0, 2)),
-            **ev.host.objective.describe(),
+            **ev.host.objective.describe(), "budget_clamped": clamped,
             "summary": ev.host.objective.summary([base], kept_side(res.trials) or [base])}
 
 
