@@ -70,3 +70,8 @@ def test_search_kernel_prints_one_line_per_trial_then_the_buckets(capsys):
     (bucket,) = [ln for ln in lines if ln.startswith("swiglu 3x17: ")]
     assert lines.index(bucket) > lines.index(trials[-1])
     assert "2 measured" in bucket and lines[-1].startswith("run ")
+    # the summary: the objective's kernel cost, the bucket's first measured config -> kept
+    (summ,) = [ln for ln in lines if ln.startswith("  time a call: ")]
+    assert re.fullmatch(r"  time a call: [\d.e+-]+ -> [\d.e+-]+ us \(first measured -> kept; "
+                        r"objective throughput\)", summ), summ
+    assert lines.index(summ) == lines.index(bucket) + 1

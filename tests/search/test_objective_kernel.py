@@ -54,3 +54,14 @@ def test_power_capped_refuses_a_config_over_the_budget_or_unmeasured():
     assert cap.kernel_refusal({"time_s": 1e-5, "mean_w": float("nan")}) == "energy_unmeasured"
     assert cap.kernel_refusal({"time_s": 1e-5}) == "energy_unmeasured"
     assert cap.kernel_refusal({"time_s": 1e-5, "mean_w": 450.0}) is None
+
+
+def test_the_bucket_summary_is_in_the_objectives_kernel_cost():
+    g = grid()
+    configs = [(r["variant"], r["config"]) for r in g]
+    res = search_bucket("swiglu", (3, 17), replay_evaluator(g), "grid", len(g), configs=configs,
+                        objective=O.Energy())
+    s = res["summary"]
+    assert (s["objective"], s["metric"], s["unit"]) == ("energy", "energy a call", "uJ")
+    assert s["kept"] == pytest.approx(min(r["energy_j"] for r in g) * 1e6)
+    assert s["start"] >= s["kept"] and s["time_us"]["kept"] > 0

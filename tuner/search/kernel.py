@@ -206,6 +206,7 @@ class KernelEvaluator:
         self.seen: dict[str, dict] = {}  # config key -> its evaluation
         self.timed: list[tuple[str, dict, float]] = []  # (variant, config, time_s) measured
         self.best: Optional[dict] = None
+        self.first: Optional[dict] = None  # the first config measured (the bucket's start)
         self.history: list[tuple[int, Optional[float]]] = []  # (configs measured, time_s) per ask
 
     def gates(self) -> list[Any]:
@@ -265,6 +266,8 @@ class KernelEvaluator:
         trial.incumbent = 1.0 / best["cost"] if best else None
         trial.gain = (best["cost"] / cost - 1) if best and cost else None
         trial.duration_s = time.time() - t0
+        if self.first is None and measured is not None and res.get("code") == "accepted":
+            self.first = {k: res.get(k) for k in ("time_s", "energy_j", "mean_w")}
         if verdict == "kept":
             self.best = {"variant": cand.kernel.variant, "config": cand.kernel.config,
                          "time_s": measured, "cost": cost, "energy_j": res.get("energy_j"),
@@ -315,7 +318,8 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
     res = loop.run(StartFirst(prop, first), ev, store, run_id, budget * 20, on_trial=on_trial,
                    done=lambda: len(ev.seen) >= budget)
     return {"shape": list(shape), "best": ev.best, "evaluations": len(ev.seen),
-            "asks": len(res.trials), "history": ev.history, "measured": ev.timed}
+            "asks": len(res.trials), "history": ev.history, "measured": ev.timed,
+            "summary": ev.objective.kernel_summary(ev.first, ev.best)}
 
 
 def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: str = "optuna",
@@ -392,7 +396,8 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
     out = Path(table_out) if table_out else Path(state_dir) / "kernels" / f"{family}-{run_id}.json"
     table.save(out)
     return {"run_id": run_id, "family": family, "device": device, "proposer": proposer,
-            "buckets": results, "table": str(out), "entries": len(table.entries)}
+            "buckets": results, "table": str(out), "entries": len(table.entries),
+            **obj.describe()}
 
 
 def certified_entries(family: str, rows: list[dict], device: str, isolate: bool = True,

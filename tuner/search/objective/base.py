@@ -114,6 +114,25 @@ class Objective(BaseModel):
                                "kept": THROUGHPUT.of(kept)}}
 
     # -- a kernel config timed by the judge --------------------------------------------------------
+    #: what `kernel_cost` is, as the kernel search's summary shows it: (name, unit, scale)
+    kernel_metric: ClassVar[tuple[str, str, float]] = ("time a call", "us", 1e6)
+
+    def kernel_summary(self, first: Optional[dict[str, Any]],
+                       best: Optional[dict[str, Any]]) -> dict[str, Any]:
+        """A bucket's first measured config and its kept one, in the objective's kernel cost
+        and in time a call (`search kernel` prints both)."""
+        name, unit, scale = self.kernel_metric
+
+        def cost(r: Optional[dict[str, Any]]) -> Optional[float]:
+            c = self.kernel_cost(r) if r else None
+            return c * scale if c else None
+
+        def us(r: Optional[dict[str, Any]]) -> Optional[float]:
+            return r["time_s"] * 1e6 if r and r.get("time_s") else None
+
+        return {"objective": self.name, "metric": name, "unit": unit, "start": cost(first),
+                "kept": cost(best), "time_us": {"start": us(first), "kept": us(best)}}
+
     def kernel_cost(self, res: dict[str, Any]) -> Optional[float]:
         """What a kernel search minimises for one judged config (lower is better): its time a
         call; None when not measured."""

@@ -82,6 +82,8 @@ class Energy(Projected):
                     f"of the start's tokens/s (floor {stats['throughput_floor']:.0%})")
         return super().explain(reason, stats)
 
+    kernel_metric = ("energy a call", "uJ", 1e6)
+
     def kernel_cost(self, res: dict[str, Any]) -> Optional[float]:
         """Joules a call (the judge's NVML reading over the timed calls)."""
         return res.get("energy_j") or None
