@@ -48,13 +48,13 @@ def _one_trial(tmp_path, monkeypatch, watts, counter=True):
     from tuner.search.store import TrialStore
     from tuner.sim.llama_host import LLAMA_KW
     from tuner.trial import Candidate
-    from tuner.workloads import parent_energy
+    from tuner.workloads import energy
     from tuner.workloads.model_process import ModelWorkload, Recipe
 
     held = {}
     board = FakeEnergyNVML(watts=(lambda t: watts(held["wl"]._runtime or {})) if callable(watts)
                            else watts, counter=counter)
-    monkeypatch.setattr(parent_energy, "meter_for",
+    monkeypatch.setattr(energy, "parent_meter",
                         lambda device: EnergyMeter(nvml=board, keep_open=True, sample_hz=20))
     site = Path(tempfile.mkdtemp(prefix="h42-watts-", dir="/tmp"))  # readable by the sandbox
     os.chmod(site, 0o755)

@@ -17,6 +17,7 @@ from tuner.errors import BadInput
 from tuner.proposers import make
 from tuner.proposers.base import Dim, Point, SearchSpace
 from tuner.search import keep
+from tuner.search.objective import THROUGHPUT
 from tuner.trial import Candidate, GateResult, KernelChoice, Trial
 
 Evaluate = Callable[[str, dict], dict]  # (variant, config) -> {"time_s"|None, "code", ...}
@@ -199,8 +200,6 @@ class KernelEvaluator:
     carries its config's score, so samplers see the several points of one config alike."""
 
     def __init__(self, space: SearchSpace, evaluate: Evaluate, objective: Any = None):
-        from tuner.search.objective import THROUGHPUT
-
         self.space, self.evaluate_config = space, evaluate
         self.objective = objective or THROUGHPUT  # what decides: its kernel_cost, lower is better
         self.seen: dict[str, dict] = {}  # config key -> its evaluation
@@ -233,10 +232,8 @@ class KernelEvaluator:
         res = self._measure(cand)
         if res["code"] not in ("out_of_domain", "duplicate") and res.get("time_s"):
             self.timed.append((cand.kernel.variant, cand.kernel.config, res["time_s"]))
-        measured = res.get("time_s")
-        obj = self.objective
+        measured, obj, best = res.get("time_s"), self.objective, self.best
         cost = obj.kernel_cost(res) if measured is not None else None
-        best = self.best
         objective = 1.0 / cost if cost else None
         refused = obj.kernel_refusal(res) if measured is not None else None
         if measured is None:
@@ -260,19 +257,17 @@ class KernelEvaluator:
                                     if not passed else ", ".join(res.get("checks", []))[:500]))
         trial.gates = gates
         trial.measurements = {k: res.get(k) for k in ("time_s", "speedup_vs_torch", "timings",
-                                                      "energy_j", "mean_w")
-                              if res.get(k) is not None}
+                                                      "energy_j", "mean_w") if res.get(k) is not None}
         trial.verdict, trial.reason, trial.objective = verdict, reason, objective  # type: ignore[assignment]
         trial.incumbent = 1.0 / best["cost"] if best else None
         trial.gain = (best["cost"] / cost - 1) if best and cost else None
         trial.duration_s = time.time() - t0
         if self.first is None and measured is not None and res.get("code") == "accepted":
-            self.first = {k: res.get(k) for k in ("time_s", "energy_j", "mean_w")}
+            self.first = res
         if verdict == "kept":
             self.best = {"variant": cand.kernel.variant, "config": cand.kernel.config,
                          "time_s": measured, "cost": cost, "energy_j": res.get("energy_j"),
-                         "mean_w": res.get("mean_w"),
-                         "speedup_vs_torch": res.get("speedup_vs_torch"),
+                         "mean_w": res.get("mean_w"), "speedup_vs_torch": res.get("speedup_vs_torch"),
                          "speedup_vs_library": res.get("speedup_vs_library"),
                          "library": res.get("library"), "evaluations": len(self.seen)}
         self.history.append((len(self.seen), measured))
@@ -330,11 +325,9 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
     """`metaltune search kernel`: a search per shape bucket, trials stored, dispatch table
     built from the buckets where the kernel beats the torch op (harness A/B). Each bucket
     starts from the previous bucket's winner, with its measurements as the proposer's prior.
-    `objective` (tuner.search.objective; default throughput) decides each bucket by its
-    kernel cost (time, or joules a call; power-capped refuses a config over the budget) and is
-    recorded with the run and its table; one the device cannot measure is refused up front."""
+    `objective` (default throughput) decides each bucket by its kernel cost; recorded with the
+    run and its table; one the device cannot measure is refused up front."""
     from kernelsearch.families import NAMES, get
-    from tuner.search.objective import THROUGHPUT
 
     if family not in NAMES:
         raise BadInput(f"--family: unknown kernel family {family!r}; expected one of "
@@ -346,8 +339,7 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    obj = objective or THROUGHPUT
-    if (why := obj.kernel_ok(device)) is not None:
+    if (why := (obj := objective or THROUGHPUT).kernel_ok(device)) is not None:
         raise BadInput(why)
     shapes = [tuple(s) for s in (shapes or (fam.search_shapes if device == "cuda"
                                             else fam.tiny_shapes[-1:]))]

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from safety import pychild
 from tuner.workloads import model_process_launch as launch
-from tuner.workloads import model_trust, parent_energy
+from tuner.workloads import energy, model_trust
 from tuner.errors import BadInput, WorkloadBroken, WorkloadFailed, WorkloadHang
 
 MAX_REPLY = 64 << 20  # bytes of one reply
@@ -410,20 +410,15 @@ class ModelWorkload:
         mp, timing = self._ready(), self._info.get("timing")
         if timing:  # set up first: the parent's clock of `measure` then times runs only
             mp.call("prepare", wait)
-        meter = self._meter()
-        if meter is not None:  # the parent's own reading around the request (parent_energy)
-            meter.start()
-        t0 = time.monotonic()
-        try:
+        with energy.ParentWindow(self) as window:  # the parent's own reading, around the request
+            t0 = time.monotonic()
             d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
-        finally:
             wall = time.monotonic() - t0
-            reading = meter.stop() if meter is not None else None
         try:
             m = Measurement.model_validate(d)
             if timing:
                 model_trust.check(m, wall, timing, self.device)
-            parent_energy.replace(m, reading)  # never the process's own watts
+            energy.replace_with_parents(m, window.reading)  # never the process's own watts
         except model_trust.Untrusted as e:
             raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
                                      f"measurement: {e}") from None
@@ -497,14 +492,8 @@ class ModelWorkload:
     def dispatch_changed(self) -> None:
         pass  # the process drops its runners itself when a table is installed there
 
-    def _meter(self) -> Any:
-        if not hasattr(self, "_energy_meter"):
-            self._energy_meter = parent_energy.meter_for(self.device)
-        return self._energy_meter
-
     def close(self) -> None:
         for s in self._procs.values():
             s.mp.close()
         self._procs.clear()
-        if getattr(self, "_energy_meter", None) is not None:
-            self._energy_meter.close()
+        energy.close_parent_meter(self)
