@@ -216,7 +216,8 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
             "baseline": base.model_dump(), "start": start_host})
         res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
     final = ev.incumbent_table()
-    final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed"}
+    final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed",
+                                           **ev.host.objective.describe()}
     out = Path(guard.state_dir) / "kernels" / f"mixed-{run_id}.json"
     final.save(out)
     return {**summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
