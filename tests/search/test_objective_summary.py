@@ -83,3 +83,18 @@ def test_goodput_search_keeps_by_goodput_and_shows_it(capsys, root):
     for t in measured:  # what the proposer learns is goodput, not tokens/s
         assert t["objective"] == pytest.approx(
             t["measurements"]["candidate"]["per_size_goodput"]["all"], rel=0.05)
+
+
+def test_mixed_summary_and_table_carry_the_objective(capsys, root):
+    rc, out, err = run_cli(capsys, "--sim-root", root, "search", "mixed", "--budget", "8",
+                           "--workload", "sim", "--family", "none", "--timeout", "0.5",
+                           "--policy", PERMISSIVE, "--seed", "4", "--objective", "energy")
+    assert rc == 0, err
+    m = re.search(r"tokens per joule: ([\d.,]+) -> ([\d.,]+) tok/J \(start -> kept\)", out)
+    t = re.search(r"throughput: ([\d.,]+) -> ([\d.,]+) tok/s \(start -> kept\)", out)
+    assert m and t, out
+    start_tpj, kept_tpj = (float(x.replace(",", "")) for x in m.groups())
+    start_tok, kept_tok = (float(x.replace(",", "")) for x in t.groups())
+    assert kept_tpj >= start_tpj * 0.999 and kept_tok >= 0.95 * start_tok * 0.98
+    table = re.search(r"(\S+/kernels/mixed-\S+\.json)", out.replace("\n", ""))
+    assert table and json.loads(open(table.group(1)).read())["meta"]["objective"] == "energy"
