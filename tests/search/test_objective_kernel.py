@@ -65,3 +65,14 @@ def test_the_bucket_summary_is_in_the_objectives_kernel_cost():
     assert (s["objective"], s["metric"], s["unit"]) == ("energy", "energy a call", "uJ")
     assert s["kept"] == pytest.approx(min(r["energy_j"] for r in g) * 1e6)
     assert s["start"] >= s["kept"] and s["time_us"]["kept"] > 0
+
+
+@pytest.mark.usefixtures("cli_env")
+def test_the_llm_proposer_refuses_an_objective_it_cannot_decide_by(capsys):
+    from tests.simhelpers import run_cli
+
+    rc, out, err = run_cli(capsys, "search", "kernel", "--family", "softmax", "--budget", "1",
+                           "--device", "cpu", "--proposer", "llm", "--objective", "energy")
+    assert rc == 2, (out, err)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--objective energy: --proposer llm" in lines[0], err

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tuner.errors import BadInput
 from tuner.ops.registry import operation
 from tuner.search.options import HostSearchOptions, KernelSearchOptions, MixedSearchOptions
 
@@ -25,8 +26,14 @@ def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
     state = Path(settings.state_dir)
     shapes = [tuple(s) for s in o.shapes] if o.shapes else None
     table = Path(o.table_out) if o.table_out else None
+    from tuner.search.objective import THROUGHPUT, of
+
     if o.proposer == "llm":
         from tuner.search.sources import run_source_search
+
+        if of(o).describe() != THROUGHPUT.describe():  # said, not silently ignored
+            raise BadInput(f"--objective {o.objective}: --proposer llm keeps kernel sources by "
+                           "their time a call only; use --objective throughput")
 
         return run_source_search(
             state, o.family, budget=o.budget, device=o.device, shapes=shapes,
@@ -36,7 +43,6 @@ def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
             **({"models": tuple(o.models)} if o.models else {}),
             **({"model": o.model} if o.model else {}))
     from tuner.search.kernel import run_kernel_search
-    from tuner.search.objective import of
 
     trials: list[dict[str, Any]] = []
     res = run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
