@@ -11,7 +11,7 @@ the tables and summaries they write, and never branch on its name.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -62,16 +62,13 @@ def make(name: str = "throughput", **params: Any) -> Objective:
 
 
 def of(opts: Any) -> Objective:
-    """From a search's options (tuner.search.options: objective, throughput_floor,
-    power_budget_w; absent fields take the defaults)."""
+    """From a search's options (tuner.search.options: `objective` and every objective's
+    parameters by field name, such as throughput_floor and power_budget_w; absent ones take
+    the defaults)."""
+    fields = {f for c in OBJECTIVES.values() for f in c.model_fields}
     return make(getattr(opts, "objective", None) or "throughput",
-                throughput_floor=getattr(opts, "throughput_floor", None),
-                power_budget_w=getattr(opts, "power_budget_w", None))
+                **{f: getattr(opts, f, None) for f in sorted(fields)})
 
 
 def help_text() -> str:
     return "; ".join(f"{n}: {c.help}" for n, c in OBJECTIVES.items())
-
-
-def describe(obj: Optional[Objective]) -> dict[str, Any]:
-    return (obj or THROUGHPUT).describe()
