@@ -103,7 +103,7 @@ class Provenance(BaseModel):
     trials: Optional[int] = None
     notes: Optional[str] = None
     #: what the search that found it kept (tuner.search.objective); absent: throughput
-    objective: Optional[Literal["throughput", "energy", "power-capped"]] = None
+    objective: Optional[Literal["throughput", "energy", "power-capped", "goodput"]] = None
     throughput_floor: Optional[float] = Field(None, gt=0, le=1)  # energy
     power_budget_w: Optional[float] = Field(None, gt=0)  # power-capped
     tok_per_j_gain_pct: Optional[float] = None  # tokens per joule over the run's start

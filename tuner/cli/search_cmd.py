@@ -37,11 +37,30 @@ def _print_host_result(res: dict) -> None:
     print_table(["knob", "start", "best"], rows, title="settings (* = changed; in force now)")
     if isinstance(res.get("baseline"), (int, float)):
         print(f"baseline (start settings): {res['baseline']:.4g}")
-    if res.get("objective", "throughput") != "throughput":
-        tpj = res.get("baseline_tok_per_j")
-        print(f"objective {res['objective']}" + (f"; baseline {tpj:.4g} tok/J" if tpj else "")
-              + (f"; budget {res['power_budget_w']:g} W" if res.get("power_budget_w") else ""))
+    print_objective(res)
     print("`metaltune trials` lists each trial; `metaltune profile export --from-host` saves the result")
+
+
+def _num(v: object) -> str:
+    if not isinstance(v, (int, float)):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def print_objective(res: dict) -> None:
+    """The objective's metric and tokens/s, start -> kept (the result's `summary`)."""
+    s = res.get("summary")
+    if not isinstance(s, dict):
+        return
+    flags = {"throughput_floor": "--throughput-floor {:g}", "power_budget_w": "--power-budget {:g} W"}
+    params = ", ".join(f.format(res[k]) for k, f in flags.items() if isinstance(res.get(k), (int, float)))
+    print(f"objective {s['objective']}" + (f" ({params})" if params else ""))
+    for n, (before, after) in sorted((res.get("budget_clamped") or {}).items()):
+        print(f"  brought within the budget before the search: {n} {before} -> {after}")
+    tp = s["throughput"]
+    if s["metric"] != "throughput":
+        print(f"  {s['metric']}: {_num(s['start'])} -> {_num(s['kept'])} {s['unit']} (start -> kept)")
+    print(f"  throughput: {_num(tp['start'])} -> {_num(tp['kept'])} {tp['unit']} (start -> kept)")
 
 
 def _val(v: object) -> str:
@@ -61,6 +80,7 @@ def _show_mixed(res: dict, o: object) -> None:
     con.print(t)
     con.print({"kept": res["kept"]})
     con.print(f"dispatch table ({res['table_entries']} entries) -> {res['table']}")
+    print_objective(res)
 
 
 search_mixed_cmd = search_app.command("mixed")(model_command(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tuner.errors import BadInput
 from tuner.ops.registry import operation
 from tuner.search.options import HostSearchOptions, KernelSearchOptions, MixedSearchOptions
 
@@ -25,8 +26,14 @@ def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
     state = Path(settings.state_dir)
     shapes = [tuple(s) for s in o.shapes] if o.shapes else None
     table = Path(o.table_out) if o.table_out else None
+    from tuner.search.objective import THROUGHPUT, of
+
     if o.proposer == "llm":
         from tuner.search.sources import run_source_search
+
+        if of(o).describe() != THROUGHPUT.describe():  # said, not silently ignored
+            raise BadInput(f"--objective {o.objective}: --proposer llm keeps kernel sources by "
+                           "their time a call only; use --objective throughput")
 
         return run_source_search(
             state, o.family, budget=o.budget, device=o.device, shapes=shapes,
@@ -41,9 +48,7 @@ def search_kernel(settings: Any, o: KernelSearchOptions) -> dict[str, Any]:
     res = run_kernel_search(state, o.family, budget=o.budget, proposer=o.proposer, seed=o.seed,
                             device=o.device, shapes=shapes, isolate=o.isolate, table_out=table,
                             timeout_s=o.timeout_s, on_trial=lambda t: trials.append(_brief(t)),
-                            objective={k: getattr(o, k) for k in ("objective", "throughput_floor",
-                                                                  "power_budget_w")
-                                       if getattr(o, k) is not None})
+                            objective=of(o))
     return {**res, "trial_log": trials}
 
 
@@ -52,7 +57,7 @@ def _brief(t: Any) -> dict[str, Any]:
     k = t.candidate.kernel
     return {"bucket": k.shape_bucket, "number": t.number, "variant": k.variant,
             "config": k.config, "verdict": str(t.verdict), "reason": t.reason,
-            "time_us": 1e6 / t.objective if t.objective else None}
+            "time_us": 1e6 * t.measurements["time_s"] if t.measurements.get("time_s") else None}
 
 
 @operation("search_mixed", options=MixedSearchOptions)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from safety import pychild
 from tuner.workloads import model_process_launch as launch
-from tuner.workloads import model_trust
+from tuner.workloads import energy, model_trust
 from tuner.errors import BadInput, WorkloadBroken, WorkloadFailed, WorkloadHang
 
 MAX_REPLY = 64 << 20  # bytes of one reply
@@ -410,13 +410,15 @@ class ModelWorkload:
         mp, timing = self._ready(), self._info.get("timing")
         if timing:  # set up first: the parent's clock of `measure` then times runs only
             mp.call("prepare", wait)
-        t0 = time.monotonic()
-        d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
-        wall = time.monotonic() - t0
+        with energy.ParentWindow(self) as window:  # the parent's own reading, around the request
+            t0 = time.monotonic()
+            d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+            wall = time.monotonic() - t0
         try:
             m = Measurement.model_validate(d)
             if timing:
                 model_trust.check(m, wall, timing, self.device)
+            energy.replace_with_parents(m, window.reading)  # never the process's own watts
         except model_trust.Untrusted as e:
             raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
                                      f"measurement: {e}") from None
@@ -494,3 +496,4 @@ class ModelWorkload:
         for s in self._procs.values():
             s.mp.close()
         self._procs.clear()
+        energy.close_parent_meter(self)
