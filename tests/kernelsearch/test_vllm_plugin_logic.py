@@ -1,9 +1,13 @@
 """The vLLM plugin's logic that needs no engine (the project's venv): what a captured CUDA graph
-pins per batch size, the settings a user gives through the environment, and the count file."""
+pins per batch size, the settings a user gives through the environment (a bad one stops the
+engine process with one line and exit status 2), and the count file."""
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +88,22 @@ def test_counts_are_per_process_totals_and_a_planted_symlink_is_not_followed(tmp
     with pytest.raises(OSError):
         counter.append(link, {"event": "loaded", "pid": os.getpid()})
     assert target.read_text() == ""
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_bad_setting_stops_the_engine_process_with_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "entries": [{"family": "rmsnorm"}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("METALTUNE_VLLM_")}
+    for value, what in ((str(tmp_path / "missing.json"), "no such file"),
+                        (str(bad), "dtype")):
+        p = subprocess.run([sys.executable, "-c",
+                            "from kernelsearch.integrations.vllm import register; register()"],
+                           cwd=ROOT, env=env | {TABLE_ENV: value}, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+        assert lines[0].startswith("metaltune vLLM plugin: METALTUNE_VLLM_TABLE") and what in lines[0]

@@ -48,13 +48,14 @@ def enable(s: Settings) -> list[str]:
     """Install the table and route the layers through metaltune's ops; returns what it
     replaced."""
     from kernelsearch import canary, dispatch
-    from kernelsearch.integrations.vllm import counter, layers
+    from kernelsearch.integrations.vllm import counter
     from kernelsearch.table import TableError
 
     try:
         tbl = dispatch.install(s.table, store=s.store)
     except (TableError, ValueError, OSError) as e:
         raise PluginError(f"{TABLE_ENV}: {e}".replace("\n", " ")) from None
+    from kernelsearch.integrations.vllm import layers  # imports vLLM: only once it is needed
     replaced = layers.register_layers() + [f"vllm.ir.{n}" for n in layers.register_ir()]
     _state["replaced"] = replaced
     canary.add_listener(_removed)
