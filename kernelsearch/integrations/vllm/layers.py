@@ -111,3 +111,20 @@ def register_ir() -> list[str]:
             return _add_norm(x, x_residual, weight, epsilon)
     out.append("fused_add_rms_norm")
     return out
+
+
+MLA_CLASS = "kernelsearch.integrations.vllm.mla.MetaltuneMLABackend"
+
+
+def register_mla() -> list[str]:
+    """metaltune's MLA decode as vLLM's CUSTOM attention backend (kernelsearch.integrations.vllm
+    .mla), by class path: vLLM imports it only when `--attention-backend CUSTOM` picks it.
+    Nothing where another plugin holds CUSTOM already (theirs stays)."""
+    from vllm.v1.attention.backends import registry
+
+    cur = registry._ATTN_OVERRIDES.get(registry.AttentionBackendEnum.CUSTOM)
+    if cur not in (None, MLA_CLASS):
+        log.warning("metaltune: the CUSTOM attention backend is already %s: left to it", cur)
+        return []
+    registry.register_backend(registry.AttentionBackendEnum.CUSTOM, MLA_CLASS)
+    return ["attention backend CUSTOM (MLA)"]
