@@ -56,6 +56,20 @@ ROUTES = textwrap.dedent("""
         bare = RMSNorm(128, eps=1e-5, has_weight=False)
         out["bare"] = torch.equal(bare(x), native(x, None, 1e-5)), \
             dispatch.calls().get("rmsnorm") == c1.get("rmsnorm")
+    # CUDA graphs: each RMSNorm built under a config with capture sizes says what they pin
+    import logging
+    seen = []
+    class Seen(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    logging.getLogger("vllm.metaltune").addHandler(Seen())
+    logging.getLogger("vllm.metaltune").setLevel(logging.INFO)
+    cfg = VllmConfig()
+    cfg.compilation_config.cudagraph_capture_sizes = [1, 4, 8192]
+    with set_current_vllm_config(cfg):
+        RMSNorm(128, eps=1e-5, dtype=torch.float32)
+        RMSNorm(128, eps=1e-6, dtype=torch.float32)   # the same dims: said once
+    out["plan"] = [m for m in seen if "CUDA graphs pin" in m]
     # MLA: the CUSTOM attention backend resolves to metaltune's, whose decode step is the
     # family's op (bf16, one token per request) and hands everything else to vLLM's Triton path
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -115,6 +129,8 @@ def test_vllm_layers_run_metaltune_ops_only_once_a_table_is_named(tmp_path):
     assert out["same"] == [True] * 5
     assert out["calls"] == {"rmsnorm": 3, "swiglu": 1}  # norm, fused add, the vllm.ir provider
     assert out["bare"] == [True, True]
+    assert out["plan"] == ["metaltune: CUDA graphs pin rmsnorm {'cols': 128} float32 per "
+                           "captured batch size: 1-4: row; 8192: torch"]
     assert out["mla_classes"] == ["MetaltuneMLABackend", "MetaltuneMLAImpl", "CUSTOM"]
     assert out["mla"] == [True, 1, True]
     assert out["mla_applies"] == [True, False, False, False, False]

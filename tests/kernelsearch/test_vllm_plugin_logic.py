@@ -36,6 +36,8 @@ def test_each_captured_batch_size_pins_the_entry_covering_it():
                    (1024, "torch", None)]  # past every certified range: the fallback
     assert plan[3].config == {"BLOCK": 1024, "num_warps": 8}
     assert plan[0].dims == {"cols": 4096, "rows": 1}
+    assert graphs.summary(plan) == ("1-64: row {'num_warps': 4}; "
+                                    "65-512: looped {'BLOCK': 1024, 'num_warps': 8}; 1024: torch")
 
 
 def test_an_attention_graph_is_chosen_at_the_cache_capacity_not_the_current_context():

@@ -77,3 +77,18 @@ def capture_plan(table: Any, family: str, dtype: str, match: dict[str, int],
         out.append(GraphChoice(b, how, variant, dict(entry.config) if entry is not None else {},
                                dims))
     return out
+
+
+def summary(plan: list[GraphChoice]) -> str:
+    """One log line: the captured batch sizes grouped by what they pin, e.g.
+    "1-64: row {num_warps: 4}; 65-512: looped {...}; 1024: torch"."""
+    groups: list[list] = []
+    for c in plan:
+        what = c.variant if c.how != "torch" else "torch"
+        what += f" {c.config}" if c.config else ""
+        what += " (library)" if c.how == "library" else ""
+        if groups and groups[-1][2] == what:
+            groups[-1][1] = c.batch
+        else:
+            groups.append([c.batch, c.batch, what])
+    return "; ".join((f"{a}" if a == b else f"{a}-{b}") + f": {w}" for a, b, w in groups)

@@ -40,8 +40,37 @@ def _add_norm(x: Any, residual: Any, weight: Any, eps: float) -> tuple[Any, Any]
     return torch.ops.metaltune.rmsnorm(res, weight, eps), res
 
 
+_planned: set = set()
+
+
+def log_plan(family: str, match: dict, dtype: Any) -> None:
+    """Say once per (family, dims, dtype) what each CUDA graph vLLM will capture pins
+    (graphs.capture_plan over compilation_config.cudagraph_capture_sizes); nothing without
+    graphs (the CPU build, --enforce-eager) or a table."""
+    from vllm.config import get_current_vllm_config
+
+    from kernelsearch import dispatch
+    from kernelsearch.families.base import dtype_name
+    from kernelsearch.integrations.vllm import graphs
+
+    key = (family, tuple(sorted(match.items())), str(dtype))
+    tbl = dispatch.installed()
+    if key in _planned or tbl is None:
+        return
+    sizes = get_current_vllm_config().compilation_config.cudagraph_capture_sizes or []
+    if sizes:
+        _planned.add(key)
+        plan = graphs.capture_plan(tbl, family, dtype_name(dtype), match, sizes)
+        log.info("metaltune: CUDA graphs pin %s %s %s per captured batch size: %s", family,
+                 match, dtype_name(dtype), graphs.summary(plan))
+
+
 class MetaltuneRMSNorm(RMSNorm):
     """RMSNorm (and its fused residual add) through metaltune::rmsnorm."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        log_plan("rmsnorm", {"cols": self.hidden_size}, self.weight.dtype)
 
     def forward_native(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Any:
         w = self.weight.data if self.pass_weight else None
