@@ -109,3 +109,17 @@ def test_a_bad_setting_stops_the_engine_process_with_one_line(tmp_path):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
         assert lines[0].startswith("metaltune vLLM plugin: METALTUNE_VLLM_TABLE") and what in lines[0]
+
+
+def test_a_table_tuned_on_another_gpu_leaves_the_engine_as_it_is(tmp_path, monkeypatch):
+    import kernelsearch.integrations.vllm as plugin
+    from kernelsearch import dispatch
+
+    t = tmp_path / "h200.json"
+    t.write_text(json.dumps(_table().to_dict()))  # device "NVIDIA H200"; this host has none
+    monkeypatch.setenv(TABLE_ENV, str(t))
+    monkeypatch.delenv(COUNT_ENV, raising=False)
+    monkeypatch.setattr(plugin, "_state", {})
+    plugin.register()  # no vLLM in this venv: it must stop before importing vLLM's layers
+    assert "tuned and verified on NVIDIA H200" in plugin._state["off"]
+    assert dispatch.installed() is None

@@ -56,6 +56,12 @@ def enable(s: Settings) -> list[str]:
         tbl = dispatch.install(s.table, store=s.store)
     except (TableError, ValueError, OSError) as e:
         raise PluginError(f"{TABLE_ENV}: {e}".replace("\n", " ")) from None
+    why = other_gpu(tbl)
+    if why:
+        dispatch.install(None)
+        _state["off"] = why
+        log.warning("metaltune plugin off: %s", why)
+        return []
     from kernelsearch.integrations.vllm import layers  # imports vLLM: only once it is needed
     replaced = (layers.register_layers() + [f"vllm.ir.{n}" for n in layers.register_ir()]
                 + layers.register_mla())
@@ -73,6 +79,26 @@ def enable(s: Settings) -> list[str]:
         log.warning("metaltune: kernel source src:%s refused, its entries run the fallback: %s",
                     sha[:12], why)
     return replaced
+
+
+# what a table's `device` says when it names no GPU model (built in code, by a search on "cuda",
+# or under the CPU interpreter): nothing to compare (as kernelsearch.integrations.transformers)
+GENERIC_DEVICES = ("", "cuda", "cpu", "cpu-interpreter")
+
+
+def other_gpu(tbl: Any) -> Optional[str]:
+    """Why a table must not run here: it was tuned and verified on another GPU model than this
+    process's (a kernel's correctness and speed were judged there). None: it may."""
+    from kernelsearch.shipped import device_name, gpu_slug
+
+    dev = getattr(tbl, "device", "") or ""
+    if dev in GENERIC_DEVICES:
+        return None
+    here = device_name()
+    if here is not None and gpu_slug(here) == gpu_slug(dev):
+        return None
+    return (f"the table was tuned and verified on {dev}, this engine runs on "
+            f"{here or 'no GPU'} (name a table measured here, or search one)")
 
 
 def _cpu_note() -> str:
