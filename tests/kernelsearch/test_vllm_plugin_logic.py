@@ -109,6 +109,14 @@ def test_a_bad_setting_stops_the_engine_process_with_one_line(tmp_path):
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
         assert lines[0].startswith("metaltune vLLM plugin: METALTUNE_VLLM_TABLE") and what in lines[0]
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(_table().to_dict()))
+    p = subprocess.run([sys.executable, "-c",
+                        "from kernelsearch.integrations.vllm import register; register()"],
+                       cwd=ROOT, env=env | {TABLE_ENV: str(good), "KERNELSEARCH_CANARY_RATE": "abc"},
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "metaltune vLLM plugin: KERNELSEARCH_CANARY_RATE='abc': expected a number in [0, 1]")
 
 
 def test_a_table_tuned_on_another_gpu_leaves_the_engine_as_it_is(tmp_path, monkeypatch):

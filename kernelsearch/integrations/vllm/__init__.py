@@ -54,8 +54,10 @@ def enable(s: Settings) -> list[str]:
 
     try:
         tbl = dispatch.install(s.table, store=s.store)
-    except (TableError, ValueError, OSError) as e:
+    except (TableError, OSError) as e:
         raise PluginError(f"{TABLE_ENV}: {e}".replace("\n", " ")) from None
+    except ValueError as e:  # a bad KERNELSEARCH_CANARY_* (its message names it)
+        raise PluginError(str(e).replace("\n", " ")) from None
     why = other_gpu(tbl)
     if why:
         dispatch.install(None)
