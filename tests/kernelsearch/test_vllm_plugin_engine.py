@@ -56,6 +56,12 @@ ROUTES = textwrap.dedent("""
         bare = RMSNorm(128, eps=1e-5, has_weight=False)
         out["bare"] = torch.equal(bare(x), native(x, None, 1e-5)), \
             dispatch.calls().get("rmsnorm") == c1.get("rmsnorm")
+        # nor does a hidden size the table has no entry for (bf16 would then differ in the
+        # last bit: vLLM's own forward, untouched)
+        other = RMSNorm(96, eps=1e-5, dtype=torch.bfloat16)
+        xb = torch.randn(5, 96, dtype=torch.bfloat16)
+        out["uncovered"] = torch.equal(other(xb), native(xb, other.weight.data, 1e-5)), \
+            dispatch.calls().get("rmsnorm") == c1.get("rmsnorm")
     # CUDA graphs: each RMSNorm built under a config with capture sizes says what they pin
     import logging
     seen = []
@@ -129,6 +135,7 @@ def test_vllm_layers_run_metaltune_ops_only_once_a_table_is_named(tmp_path):
     assert out["same"] == [True] * 5
     assert out["calls"] == {"rmsnorm": 3, "swiglu": 1}  # norm, fused add, the vllm.ir provider
     assert out["bare"] == [True, True]
+    assert out["uncovered"] == [True, True]
     assert out["plan"] == ["metaltune: CUDA graphs pin rmsnorm {'cols': 128} float32 per "
                            "captured batch size: 1-4: row; 8192: torch"]
     assert out["mla_classes"] == ["MetaltuneMLABackend", "MetaltuneMLAImpl", "CUSTOM"]

@@ -9,8 +9,11 @@ these layers ends in (vLLM's enabled CPU/CUDA forwards for RMSNorm call it; a di
 runs it, compiled), and SiluAndMul's CUDA/CPU/XPU forwards (they call vLLM's C++ op otherwise).
 Under torch.compile the ops are opaque custom ops with fake implementations: no graph break.
 
-Only what the family computes goes through metaltune: a weightless norm, a variance over part of
-the hidden size, or activations in another dtype than the weight run vLLM's own forward.
+Only what the family computes goes through metaltune: an RMSNorm whose hidden size and dtype
+the table has no entry for (checked once, when the model is built, as the HF integration does),
+a weightless norm, a variance over part of the hidden size, or activations in another dtype than
+the weight run vLLM's own forward. SiluAndMul always goes through metaltune's op (its size is
+known only per call; the op's fallback, F.silu(gate) * up, is vLLM's own expression).
 Fused add: the sum is taken in float32 and rounded to the activations' dtype (the residual
 vLLM passes on), then normalised by metaltune's rmsnorm. vLLM's native op normalises the
 unrounded float32 sum; in float32 the two are the same, in bf16/fp16 they can differ in the
@@ -65,16 +68,30 @@ def log_plan(family: str, match: dict, dtype: Any) -> None:
                  match, dtype_name(dtype), graphs.summary(plan))
 
 
+def covered(family: str, match: dict, dtype: Any) -> bool:
+    """Whether the installed table has an entry for these exact dims and dtype (as the HF
+    integration's `coverage`): a layer it does not cover keeps vLLM's own forward, bit for bit."""
+    from kernelsearch import dispatch
+    from kernelsearch.families.base import dtype_name
+
+    tbl = dispatch.installed()
+    return tbl is not None and any(e.family == family and e.dtype == dtype_name(dtype)
+                                   and e.match == match for e in tbl.entries)
+
+
 class MetaltuneRMSNorm(RMSNorm):
-    """RMSNorm (and its fused residual add) through metaltune::rmsnorm."""
+    """RMSNorm (and its fused residual add) through metaltune::rmsnorm, where the table has an
+    entry at this layer's hidden size and dtype."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        log_plan("rmsnorm", {"cols": self.hidden_size}, self.weight.dtype)
+        self.metaltune = covered("rmsnorm", {"cols": self.hidden_size}, self.weight.dtype)
+        if self.metaltune:
+            log_plan("rmsnorm", {"cols": self.hidden_size}, self.weight.dtype)
 
     def forward_native(self, x: torch.Tensor, residual: Optional[torch.Tensor] = None) -> Any:
         w = self.weight.data if self.pass_weight else None
-        if not _ours(x, w, self.variance_size_override):
+        if not (self.metaltune and _ours(x, w, self.variance_size_override)):
             return super().forward_native(x, residual)
         if residual is None:
             return torch.ops.metaltune.rmsnorm(x, w, self.variance_epsilon)
