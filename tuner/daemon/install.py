@@ -110,6 +110,31 @@ def not_executable(exe: Path, root: Path = Path("/")) -> str:
     return ""
 
 
+def untrusted_exec(exe: Path, root: Path = Path("/")) -> str:
+    """Why root may not run `exe` ("" when it may; looked up under `root` first): the project's
+    rule for code root loads (safety.securefs.check_file: every directory from / and the file itself root's or ours, not
+    writable by group or others), for the file and for the interpreter its `#!` names (a script
+    is only as safe as what runs it)."""
+    from safety.securefs import UnsafePath, check_file
+
+    inside = Path(root) / exe.relative_to("/")
+    p = inside if os.path.lexists(inside) else exe
+    try:
+        check_file(p)
+    except UnsafePath as e:
+        return f"{e} (another user could change what root runs)"
+    interp = _shebang(p)
+    if interp is None:
+        return ""
+    inside = Path(root) / interp.relative_to("/")
+    ip = inside if os.path.lexists(inside) else interp
+    try:
+        check_file(ip)
+    except UnsafePath as e:
+        return f"its interpreter {interp}: {e} (another user could change what root runs)"
+    return ""
+
+
 def _source_checkout() -> Optional[Path]:
     """The repository root when metaltune runs from a checkout that is not installed."""
     import tuner
@@ -345,7 +370,7 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
         except ValueError:
             raise BadInput(f"--allow-ip: expected an IP address or network, got {a!r}") from None
     if exec_start:  # --exec: the unit would fail with 203/EXEC at every start
-        why = not_executable(Path(exec_start[0]), root)
+        why = not_executable(Path(exec_start[0]), root) or untrusted_exec(Path(exec_start[0]), root)
         if why:
             raise BadInput(f"--exec: {exec_start[0]}: {why}; expected the metaltune executable "
                            "(e.g. /opt/metaltune/bin/metaltune)")
