@@ -353,11 +353,25 @@ def _default_policy_source() -> Path:
     return Path(locs[0]) / "policies" / "default.yaml" if locs else Path("/nonexistent")
 
 
+def root_dir(root: Path) -> Path:
+    """`--root` as a folder to install into: itself or its nearest existing parent a directory
+    (a file there crashed the install half-way with NotADirectoryError)."""
+    root = Path(root)
+    for p in (root, *root.parents):
+        if os.path.lexists(p):
+            if not p.is_dir():
+                what = "is" if p == root else f"lies under {p}, which is"
+                raise BadInput(f"--root: {root} {what} not a directory; expected a folder to "
+                               "install into (it is made when missing)")
+            break
+    return root
+
+
 def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allow_ip: list[str] | None = None,
             force: bool = False, backend: str = "real", sim_root: Optional[Path] = None) -> dict[str, Any]:
     """Write the unit (always: it belongs to metaltune), the config and policy (only when absent
     unless `force`: they belong to the operator), and the state directory."""
-    root = Path(root)
+    root = root_dir(root)
     if backend not in ("real", "sim"):
         raise BadInput(f"--backend: expected 'real' or 'sim', got {backend!r}")
     if backend == "sim" and sim_root is None:
@@ -427,7 +441,7 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
 
 def uninstall(root: Path = Path("/"), *, purge: bool = False) -> dict[str, Any]:
     """Remove the unit; with `purge` also the config, policy and state (journal, trials)."""
-    root = Path(root)
+    root = root_dir(root)
     removed = []
     paths = [root / UNIT_DIR / UNIT_NAME]
     if purge:

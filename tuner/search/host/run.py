@@ -103,8 +103,13 @@ def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str
     for n, v in changes.items():
         why = refused(n, start[n], v)
         if why:
+            ok = [g for g in knobs[n].limits().search_values() if not refused(n, start[n], g)]
+            floor = (f"the lowest {n} the policy allows from here is {min(ok):g} W: pass "
+                     f"--power-budget {min(ok):g} or more, or " if ok else "")
             raise BadInput(f"--power-budget {obj.power_budget_w:g}: the policy refuses {n}={v} "
-                           f"({why}; {guard.policy.source})")
+                           f"({why}); {floor}allow lower limits in a policy of your own "
+                           f"(--policy FILE, a copy of {guard.policy.source} with a lower "
+                           "min_fraction_of_default)")
     try:
         txn = guard.begin(knobs, changes, label="power budget", candidate_key=None)
         txn.confirm()
