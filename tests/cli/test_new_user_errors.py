@@ -30,3 +30,29 @@ def test_a_power_budget_below_the_policy_floor_names_the_floor_and_the_way_out(t
     assert "--power-budget 550 or more" in err  # the lowest it allows from 700 (150 W a step)
     assert "--policy FILE" in err and "min_fraction_of_default" in err  # the way out
     assert host_digest(sim.root) == before
+
+
+GPU3 = "name: gpu3-cap\ndescription: written for a bigger host\nknobs:\n  gpu3.power_limit_w: 600\n"
+
+
+def test_a_profile_for_a_gpu_the_host_lacks_is_refused_and_never_in_force(tmp_path):
+    sim = SimCli(tmp_path, "h200", "--gpus", "1")
+    prof = tmp_path / "gpu3.yaml"
+    prof.write_text(GPU3)
+    before = host_digest(sim.root)
+    for extra in ((), ("--no-wait",), ("--dry-run",)):
+        r = sim("apply", str(prof), *extra)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, (extra, r.stdout, r.stderr)
+        assert f"{prof}:4: field knobs.gpu3.power_limit_w: this host has no gpu3 (it has gpu0)" \
+            in r.stderr, r.stderr
+    assert host_digest(sim.root) == before
+    r = sim("verify", str(prof))
+    assert r.returncode == 1 and "is in force" not in r.stdout, r.stdout
+    assert "not in force: gpu3.power_limit_w: this host has no gpu3" in r.stdout, r.stdout
+    r = sim("verify", str(prof), "--json")
+    import json
+
+    res = json.loads(r.stdout)
+    assert res["ok"] is False and res["knobs"][0]["status"] == "missing", res
+    r = sim("status", "--json")
+    assert "gpu3-cap" not in r.stdout  # never recorded as the profile in force

@@ -21,7 +21,7 @@ def _v(x: Any) -> str:
     return "" if x is None else json.dumps(x) if not isinstance(x, str) else x
 
 
-STATUS_STYLE = {"ok": "green", "applied": "green", "drifted": "red", "unsupported": "dim", "pending-reboot": "yellow",
+STATUS_STYLE = {"ok": "green", "applied": "green", "drifted": "red", "missing": "red", "unsupported": "dim", "pending-reboot": "yellow",
                 "error": "magenta"}
 
 
@@ -125,8 +125,8 @@ def register(app: typer.Typer) -> None:
                                                  help="Profile name (see `profile list`) or a YAML file."),
                    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                    as_csv: bool = csv_option()) -> None:
-        """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot.
-        Exit 1 when something drifted."""
+        """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot
+        / missing (a GPU this host does not have). Exit 1 when something drifted or is missing."""
 
         res = invoke(settings(ctx), "verify", profile=profile)
         if as_json:
@@ -138,8 +138,15 @@ def register(app: typer.Typer) -> None:
             if not as_csv:
                 bad = [it.get("knob") or it["key"] for it in res["knobs"]
                        if it["status"] in ("drifted", "error")]
-                print(f"profile {res['profile']} is in force" if not bad else
-                      f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` puts them back")
+                gone = [f"{it['key']}: {it['reason']}" for it in res["knobs"]
+                        if it["status"] == "missing"]
+                if gone:
+                    print(f"not in force: {', '.join(gone)}; the profile names hardware this "
+                          "host does not have")
+                if bad or not gone:
+                    print(f"profile {res['profile']} is in force" if not bad else
+                          f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` "
+                          "puts them back")
         if not res["ok"]:
             raise typer.Exit(1)
 

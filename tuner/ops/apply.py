@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tuner.errors import BadInput, MetaltuneError, OperationFailed
-from tuner.ops.profile import _dirs, _host_knobs, _hw_brief, _jsonable, _load, _summary, plan
+from tuner.ops.profile import (_dirs, _host_knobs, _hw_brief, _jsonable, _load, _summary, plan,
+                               refuse_missing)
 from tuner.ops.registry import operation
 
 
@@ -75,6 +76,7 @@ def check(settings: Any, prof: Any, knobs: dict[str, Any], hw: Any, policy: Opti
     from tuner.ops import profile_kernels
 
     items = plan(prof, knobs)
+    refuse_missing(items)
     why = profiles.match_host(prof, hw)
     if why and not force and not dry_run:
         raise OperationFailed(f"profile {prof.name} does not match this host: "
