@@ -82,6 +82,8 @@ timeout_s = 14400
 enabled = false                         # needs `metaltune install` again (the unit then gets loopback
 address = "127.0.0.1"                   # network); an address beyond loopback also --allow-ip SCRAPER.
 port = 9477                             # `metaltune daemon --check` says whether the unit can serve it
+idle_timeout_s = 10.0                   # a connection silent this long is closed
+max_connections = 32                    # open at once; more are closed at accept (2 worker threads)
 """
 
 

@@ -26,7 +26,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -157,13 +157,16 @@ class Metrics:
         r.register(_StoreCollector(Path(state_dir) / "trials.db"))
         self._server: Any = None
 
-    def serve(self, address: str, port: int) -> None:
-        self._server, _ = start_http_server(port, addr=address, registry=self.registry)
+    def serve(self, address: str, port: int, **limits: Any) -> None:
+        """Listen on address:port with the server's connection limits (idle_s, max_conns,
+        workers: tuner.daemon.metrics_server)."""
+        from tuner.daemon.metrics_server import MetricsServer
+
+        self._server = MetricsServer(make_wsgi_app(self.registry), address, port, **limits).start()
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
 
     # -- updates from the daemon ---------------------------------------------------------------
