@@ -35,6 +35,7 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
     try:
         p = check(settings, prof, knobs, hw, policy, force, dry_run)
         res = report(p, dry_run)
+        res["warnings"] = provenance_warnings(prof)
         refuse(res, dry_run)
         changes = with_table(p, res)
         if dry_run or not changes:
@@ -42,6 +43,16 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         return write(settings, p, changes, res, probation_s, host, no_wait)
     finally:
         host.close()
+
+
+def provenance_warnings(prof: Any) -> list[str]:
+    """What a user should know of where the values come from before they land (issue 42 item
+    13: `h200-efficient` applied with no sign it was only simulated)."""
+    if prof.provenance.values_from == "simulated":
+        return [f"profile {prof.name}: its values were found on a simulated host only "
+                "(provenance values_from: simulated), never measured on real hardware; "
+                "`metaltune search host` measures your own"]
+    return []
 
 
 @dataclass

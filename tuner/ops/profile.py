@@ -254,6 +254,8 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
                "match": {"gpu_name": sorted({g.name for g in hw.gpus})} if hw.gpus else {},
                "knobs": vals,
                "provenance": {"source": "exported from host",
+                              "values_from": "simulated" if settings.backend == "sim"
+                              else "measured",
                               "measured_on": ", ".join(sorted({g.name for g in hw.gpus})) or None,
                               "driver": hw.driver_version,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
