@@ -21,8 +21,10 @@ def _show_host(res: dict, o: object) -> None:
 # (it holds the writer lock and starts the search in a child process); otherwise in this process
 search_host_cmd = search_app.command("host")(model_command(
     HostSearchOptions, "search_host", _show_host,
-    """Search host settings: propose (inside the policy), gate, apply in a safety transaction,
-    A/B against the incumbent, keep or roll back."""))
+    """Search host settings: propose (inside the policy's bounds), gate, apply in a safety
+    transaction, A/B against the incumbent, keep or roll back. The policy's hourly change limits
+    (the default: 30 power/clock changes an hour) can end a search before its --budget: the
+    plan is said up front, and the search stops there (or waits, --wait-for-policy)."""))
 
 
 def _print_host_result(res: dict) -> None:
@@ -38,6 +40,10 @@ def _print_host_result(res: dict) -> None:
     if isinstance(res.get("baseline"), (int, float)):
         print(f"baseline (start settings): {res['baseline']:.4g}")
     print_objective(res)
+    if res.get("policy_plan"):
+        print(res["policy_plan"])
+    if res.get("stopped"):
+        print(f"stopped: {res['stopped']['message']}")
     print("`metaltune trials` lists each trial; `metaltune profile export --from-host` saves the result")
 
 

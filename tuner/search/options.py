@@ -146,7 +146,9 @@ class HostSearchOptions(SearchOptions):
                           json_schema_extra=cli("--proposer"))
     policy: Optional[str] = Field(
         None, json_schema_extra=cli("--policy", "FILE"),
-        description="Policy YAML (default: the shipped conservative one); proposals stay inside it.")
+        description="Policy YAML (default: the shipped conservative one): proposals stay inside "
+                    "its bounds; its hourly change limits can stop the search before --budget "
+                    "(said up front; see --wait-for-policy).")
     knobs: Optional[list[str]] = Field(None, description="Knob name or glob; repeatable.",
                                        json_schema_extra=cli("--knob"))
     #: the A/B pairs per trial (HostEvaluator's repeats): `--rounds` as on search mixed
@@ -156,6 +158,10 @@ class HostSearchOptions(SearchOptions):
                                     json_schema_extra=cli("--workload"))
     metric_regex: Optional[str] = Field(None, description=_METRIC_HELP,
                                         json_schema_extra=cli("--metric-regex"))
+    wait_for_policy: bool = Field(
+        False, json_schema_extra=cli("--wait-for-policy"),
+        description="When the policy's hourly change limit (max_changes_per_hour) is reached, "
+                    "wait for the window instead of stopping the search there.")
 
 
 class MixedSearchOptions(HostSearchOptions):
@@ -169,6 +175,8 @@ class MixedSearchOptions(HostSearchOptions):
     knobs: Optional[list[str]] = Field(
         None, json_schema_extra=cli("--knob"),
         description="Knob name or glob; repeatable; 'none': no host knobs.")
+    #: host searches only (search mixed has no --wait-for-policy)
+    wait_for_policy: bool = Field(False, description="Not on search mixed.")
     families: Optional[list[str]] = Field(
         None, json_schema_extra=cli("--family"),
         description="Kernel family; repeatable (default: every family the workload calls); "

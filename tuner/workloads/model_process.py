@@ -53,8 +53,9 @@ MAX_REPLY = 64 << 20  # bytes of one reply
 #: wall-clock budget on every CPU, then each request's (model_process_launch.cpu_budget)
 MODEL_TASKS = 512
 #: the operator's settings the model itself reads, passed on beside runner.child_env's allow-list
-#: (the library extensions a table's library entries run: kernelsearch.libraries)
-MODEL_ENV = ("METALTUNE_FLASHMLA_EXT",)
+#: (the library extensions a table's library entries run: kernelsearch.libraries; the energy
+#: window the model's measurements read: tuner.workloads.energy.WINDOW_ENV)
+MODEL_ENV = ("METALTUNE_FLASHMLA_EXT", "METALTUNE_ENERGY_WINDOW_S")
 
 
 class ModelProcessFailed(WorkloadFailed):

@@ -2,6 +2,7 @@
 user's policy, knob selection and workload."""
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from tuner.errors import BadInput
 from tuner.search.options import HostSearchOptions
 from tuner.trial import Trial
 
+log = logging.getLogger(__name__)
 DEFAULT_KNOBS = ["gpu*.power_limit_w", "gpu*.locked_clocks_mhz", "gpu*.locked_mem_clocks_mhz"]
 
 
@@ -23,6 +25,8 @@ class SearchRun:
     start: dict[str, Any]
     seconds: float
     clamped: dict[str, list[Any]] = field(default_factory=dict)  # {knob: [before, after]}
+    plan: Optional[str] = None  # the budget against the policy's hourly limits, when it did not fit
+    stopped: Optional[dict[str, Any]] = None  # the limit stopped the search (rate_budget.stopped)
 
 
 def search_knobs(
@@ -34,6 +38,7 @@ def search_knobs(
     within_policy: bool = False,
     objective: Any = None,
     others: Optional[dict[str, Any]] = None,
+    wait_for_policy: bool = False,
 ) -> SearchRun:
     """The host search both `search host` and the demo run: the knobs' own domains as the
     space, the current values as the incumbent, trials through `guard` (a SafetyContext) into
@@ -41,7 +46,10 @@ def search_knobs(
     guard's policy allows (`search host`: no trial spent on a refusal); the demo keeps the
     whole domain, to show the policy gate refusing. `objective` (tuner.search.objective;
     default throughput): what the keep rule keeps; under power-capped the space holds no power
-    limit over the budget, and no board's limit (`others`: every knob on the host) stays over it."""
+    limit over the budget, and no board's limit (`others`: every knob on the host) stays over it.
+    Under `within_policy` the budget is planned against the policy's
+    hourly change limits (tuner.search.rate_budget): said up front when it does not fit, and the
+    search stops when they are reached (`wait_for_policy`: waits for the window instead)."""
     from tuner.proposers import SearchSpace, make
     from tuner.search import loop
     from tuner.search import objective as O
@@ -52,6 +60,30 @@ def search_knobs(
     require_metric(obj, workload, timeout_s)  # before anything is written or a trial spent
     start = {n: k.read() for n, k in knobs.items()}
     clamped = clamp_to_budget(knobs, guard, obj, start, others)  # the run starts within budget
+    rate, plan, stopped = None, None, {}
+    if within_policy:
+        from tuner.search import rate_budget
+
+        rate = rate_budget.for_knobs(guard.policy, guard.journal, knobs)
+        if rate.exhausted() and not wait_for_policy:  # a second search within the hour
+            from tuner.errors import OperationFailed
+
+            raise OperationFailed(rate.stopped(0, budget)["message"])
+        plan = rate.plan(budget, wait_for_policy)
+        if plan:
+            log.warning(plan)  # up front, before the baseline is measured
+
+    def done() -> bool:
+        if rate is None or not rate.exhausted():
+            return False
+        if wait_for_policy:
+            rate.wait()
+            return False
+        stopped.update(rate.stopped(len(res_trials), budget))
+        log.warning(stopped["message"])
+        return True
+
+    res_trials: list[Trial] = []
     incumbent = dict(start)
     allowed = allowed_now = None
     if within_policy:
@@ -80,8 +112,14 @@ def search_knobs(
         run_id = store.new_run(kind, {**(meta or {}), "proposer": proposer, "knobs": sorted(knobs),
                                       "baseline": base.model_dump(), "start": start,
                                       **obj.describe()})
-        res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
-    return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2), clamped)
+        def seen(t: Trial) -> None:
+            res_trials.append(t)
+            if on_trial:
+                on_trial(t)
+
+        res = loop.run(prop, ev, store, run_id, budget, on_trial=seen, done=done)
+    return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2), clamped,
+                     plan=plan, stopped=stopped or None)
 
 
 def require_metric(obj: Any, workload: Any, timeout_s: float) -> None:
@@ -130,9 +168,13 @@ def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str
     for n, v in changes.items():
         why = refused(n, values[n], v)
         if why:
+            ok = [g for g in targets[n].limits().search_values() if not refused(n, values[n], g)]
+            floor = (f"the lowest {n} the policy allows from here is {min(ok):g} W: pass "
+                     f"--power-budget {min(ok):g} or more, or " if ok else "")
             raise BadInput(f"--power-budget {obj.power_budget_w:g}: the policy refuses {n}={v} "
-                           f"({why}; {guard.policy.source}); a budget the policy allows, or "
-                           "--policy FILE")
+                           f"({why}); {floor}allow lower limits in a policy of your own "
+                           f"(--policy FILE, a copy of {guard.policy.source} with a lower "
+                           "min_fraction_of_default)")
     try:
         txn = guard.begin({n: targets[n] for n in changes}, changes, label="power budget",
                           candidate_key=None)
@@ -174,7 +216,7 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,
             baseline_repeats=max(4, repeats * 2), on_trial=on_trial, within_policy=True,
-            objective=obj, others=all_knobs,
+            objective=obj, others=all_knobs, wait_for_policy=o.wait_for_policy,
             proposer_kw=host_context(host, guard.policy) if proposer == "llm" else None)
     finally:
         guard.close()
@@ -188,6 +230,7 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         **obj.describe(), "baseline_tok_per_j": _tpj(run.baseline),
         "summary": obj.summary([run.baseline], kept_side(run.trials) or [run.baseline]),
         "budget_clamped": run.clamped,
+        "budget": budget, "policy_plan": run.plan, "stopped": run.stopped,
     }
 
 
