@@ -57,8 +57,10 @@ def search_knobs(
     from tuner.search.store import TrialStore
 
     obj = objective or O.THROUGHPUT
-    require_metric(obj, workload, timeout_s)  # before anything is written or a trial spent
     start = {n: k.read() for n, k in knobs.items()}
+    # a budget the policy cannot reach is refused before the probe measures anything
+    clamp_to_budget(knobs, guard, obj, dict(start), others, dry=True)
+    require_metric(obj, workload, timeout_s)  # before anything is written or a trial spent
     clamped = clamp_to_budget(knobs, guard, obj, start, others)  # the run starts within budget
     rate, plan, stopped = None, None, {}
     if within_policy:
@@ -136,7 +138,8 @@ def require_metric(obj: Any, workload: Any, timeout_s: float) -> None:
 
 
 def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str, Any],
-                    others: Optional[dict[str, Any]] = None) -> dict[str, list[Any]]:
+                    others: Optional[dict[str, Any]] = None, dry: bool = False,
+                    ) -> dict[str, list[Any]]:
     """power-capped: every board's power limit over the budget is brought down to the highest
     value of its grid within it before anything is measured, in a safety transaction confirmed
     like a kept change (so the A/B's incumbent side never runs past the budget either). That is
@@ -175,6 +178,8 @@ def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str
                            f"({why}); {floor}allow lower limits in a policy of your own "
                            f"(--policy FILE, a copy of {guard.policy.source} with a lower "
                            "min_fraction_of_default)")
+    if dry:
+        return changes
     try:
         txn = guard.begin({n: targets[n] for n in changes}, changes, label="power budget",
                           candidate_key=None)
