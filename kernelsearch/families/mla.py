@@ -209,6 +209,21 @@ def tile_valid(cfg: dict, shape) -> bool:
     return cfg["STAGES"] * bn * D_QK * 2 + bh * D_QK * 2 <= 227 * 1024
 
 
+def rows_tile_valid(q_rows: Callable[[Any], int]) -> Callable[[dict, Any], bool]:
+    """tile_valid over a sequence's query rows (heads x query tokens): the memory-bound
+    `fitted` variant packs both tokens of a multi-token step into one tile (16 heads x 2: one
+    32-row MMA tile), so its head block is bounded by the rows, not the heads."""
+    def valid(cfg: dict, shape) -> bool:
+        return tile_valid(cfg, (shape[0], q_rows(shape)) + tuple(shape[2:]))
+    return valid
+
+
+# the fitted split-KV variant's space (mla_decode/fitted.py, shared by mla_decode_mtp): head
+# blocks up to 64 rows (the memory-bound head counts), GRID programs sharing the batch's tiles
+FITTED_DIMS = {"BLOCK_H": [16, 32, 64], "BLOCK_N": [16, 32, 64],
+               "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3], "num_warps": [4, 8]}
+
+
 def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, list]], *,
            n_tokens: Callable[[Any], float], int32_reads: Callable[[Any], int],
            shape_dims: Sequence[str], exact_dims: Sequence[str], cheap, search, sweep,

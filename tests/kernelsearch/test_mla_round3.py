@@ -3,7 +3,7 @@ query tokens a step (multi-token prediction) and ragged batches (a length drawn 
 Every Triton variant of the four MLA families against the float64 reference under the CPU
 interpreter at those cases, small and quick; and the families' declarations covering them, so
 the judge's shape draws and the benchmark tables reach them."""
-import importlib
+import importlib.util
 
 import pytest
 import torch
@@ -48,8 +48,10 @@ def test_variant_matches_the_reference_at_tensor_parallel_heads_mtp_and_ragged(
     lens = args[3]
     if shape[-1]:
         assert len(set(lens.tolist())) > 1, "a ragged batch draws a length per sequence"
-    fwd = importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
-    out = fwd(*args, **cfg)
+    spec = importlib.util.spec_from_file_location(f"ks_round3_{family}_{variant}", var.file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.forward(*args, **cfg)
     compare(out, fam.reference(*args), "float16", fam, f"{family}/{variant} {shape}")
 
 
@@ -71,3 +73,52 @@ def test_declarations_cover_the_tensor_parallel_heads_and_ragged_batches(family)
     # the judge's boundary shapes go one past every head count a block or a tile is built on
     edges = fam.edges["H"]
     assert set(mla.HEADS) <= set(edges)
+
+
+def _fitted():
+    spec = importlib.util.spec_from_file_location(
+        "ks_round3_fitted", get("mla_decode").variants["fitted"].file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.forward
+
+
+@pytest.mark.parametrize("family,shape,grid", [
+    # 16 heads x 2 tokens in one 32-row tile; 2 and 5 programs: sequences split over programs,
+    # programs spanning sequences, the pieces merged by the program that completes a sequence
+    ("mla_decode_mtp", (3, 16, 70, 16, 2, 1), 2),
+    ("mla_decode_mtp", (3, 16, 70, 16, 2, 1), 5),
+    # more programs than tiles (a length-1 sequence, one token a page)
+    ("mla_decode_mtp", (2, 8, 33, 1, 2, 1), 7),
+    ("mla_decode", (4, 32, 90, 16, 1), 3),
+    ("mla_decode", (2, 16, 40, 16, 0), 1),
+])
+def test_fitted_schedule_splits_ragged_batches_and_merges_in_one_launch(family, shape, grid):
+    fam = get(family)
+    args = fam.make_inputs(shape, "float16", "cpu", torch.Generator().manual_seed(5), "normal")
+    rows = shape[1] * (shape[4] if family == "mla_decode_mtp" else 1)
+    cfg = dict(BLOCK_H=min(32, rows), BLOCK_N=16, GRID=grid, STAGES=1, num_warps=4)
+    fwd = _fitted()
+    out = fwd(*args, **cfg)
+    compare(out, fam.reference(*args), "float16", fam, f"fitted {shape} GRID={grid}")
+    # the merge order is fixed (slot order), whoever completes a sequence: bit-identical
+    assert torch.equal(out, fwd(*args, **cfg))
+
+
+def test_fitted_writes_zeros_for_sequences_with_nothing_to_attend():
+    fam = get("mla_decode")
+    q, kv, bt, sl, sc = fam.make_inputs((3, 16, 40, 16, 1), "float16", "cpu",
+                                        torch.Generator().manual_seed(2), "normal")
+    sl[1] = 0
+    out = _fitted()(q, kv, bt, sl, sc, BLOCK_H=16, BLOCK_N=16, GRID=4, STAGES=1, num_warps=4)
+    assert (out[1] == 0).all()
+    compare(out, fam.reference(q, kv, bt, sl, sc), "float16", fam, "fitted, empty sequence")
+
+
+def test_fitted_packs_both_query_tokens_of_sixteen_heads_into_one_tile():
+    """The variant offers a 32-row head block at 16 heads x s_q 2 (one MMA tile for the step),
+    and never a block larger than the rows (wasted tensor-core rows)."""
+    var = get("mla_decode_mtp").variants["fitted"]
+    blocks = {c["BLOCK_H"] for c in var.configs((32, 16, 32768, 64, 2, 0))}
+    assert 32 in blocks and 64 not in blocks
+    assert {c["BLOCK_H"] for c in var.configs((32, 16, 32768, 64, 1, 0))} == {16}

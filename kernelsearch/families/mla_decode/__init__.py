@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import mla
+from kernelsearch.families.base import Variant
 
 H = 128  # DeepSeek-V3's heads (one GPU holds all of them; tensor parallel 8 gives 16)
 
@@ -96,6 +97,11 @@ FAMILY = mla.family(
     shape_dims=("B", "H", "L", "P", "R"), exact_dims=("H", "P"), cheap=(1, 16, 17, 16, 1),
     search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY, make_inputs=make_inputs,
     reference=reference, torch_default=torch_default, shape_of=shape_of)
+
+# the memory-bound split-KV schedule fit to the batch and its lengths (also mla_decode_mtp's)
+FAMILY.variants["fitted"] = Variant("fitted", Path(__file__).parent / "fitted.py",
+                                    mla.tile_dims(**mla.FITTED_DIMS),
+                                    mla.rows_tile_valid(lambda s: s[1]))
 
 # library variants (kernelsearch.families.library): offered where the library imports
 from kernelsearch.families import library as _library  # noqa: E402

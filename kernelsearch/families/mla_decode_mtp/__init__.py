@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import mla
+from kernelsearch.families.base import Variant
 from kernelsearch.families.mla_decode import page_mask
 
 H = 128
@@ -111,3 +112,9 @@ FAMILY = mla.family(
     cheap=(1, 16, 17, 16, S_Q, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
     make_inputs=make_inputs, reference=reference, torch_default=torch_default,
     shape_of=shape_of)
+
+# the fitted split-KV schedule: mla_decode's file, which takes this layout too (s_q * H rows,
+# both tokens of a 16-head step in one 32-row tile)
+FAMILY.variants["fitted"] = Variant(
+    "fitted", Path(__file__).parent.parent / "mla_decode" / "fitted.py",
+    mla.tile_dims(**mla.FITTED_DIMS), mla.rows_tile_valid(lambda s: s[1] * s[4]))
