@@ -122,3 +122,60 @@ def test_fitted_packs_both_query_tokens_of_sixteen_heads_into_one_tile():
     blocks = {c["BLOCK_H"] for c in var.configs((32, 16, 32768, 64, 2, 0))}
     assert 32 in blocks and 64 not in blocks
     assert {c["BLOCK_H"] for c in var.configs((32, 16, 32768, 64, 1, 0))} == {16}
+
+
+COMPILE_FITTED = r"""
+import importlib.util, json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+spec = importlib.util.spec_from_file_location("ks_mla_fitted", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+sig = {"Q": "*bf16", "KV": "*bf16", "BT": "*i32", "SL": "*i32", "O": "*bf16", "Op": "*fp32",
+       "Lp": "*fp32", "CNT": "*i32"}
+sig.update({k: "i32" for k in ("B", "H", "M", "S_Q", "P", "CAP")})
+sig["qk_scale"] = "fp32"
+sig.update({k: "i32" for k in ("sqb", "sqs", "sqh", "sbt", "sob", "sos", "soh")})
+sig.update({k: "constexpr" for k in ("PAGE", "BLOCK_H", "BLOCK_N", "BPAD", "STAGES")})
+attrs = {(i,): [["tt.divisibility", 16]] for i in range(8)}
+out = []
+for bh, bn, st, nw, bpad in json.loads(sys.argv[2]):
+    consts = {"PAGE": 64, "BLOCK_H": bh, "BLOCK_N": bn, "BPAD": bpad, "STAGES": st}
+    ck = triton.compile(ASTSource(mod._fitted, signature=sig, constexprs=consts, attrs=attrs),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": nw, "num_stages": st})
+    ptx = ck.asm["ptx"]
+    out.append({"cfg": [bh, bn, st, nw, bpad], "sm90": ".target sm_90" in ptx,
+                "mma": ptx.count("wgmma.mma_async") + ptx.count("mma.sync"),
+                "atom": ptx.count("atom.") , "acq_rel": ptx.count("acq_rel"),
+                "shared": ck.metadata.shared, "regs": getattr(ck, "n_regs", None),
+                "spills": getattr(ck, "n_spills", None)})
+print("TRITON " + triton.__version__)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_fitted_kernel_compiles_for_hopper_with_tensor_cores_and_an_acq_rel_counter():
+    """No GPU here: Triton 3.6 (the H200's, .venv/triton-gluon) compiles the fitted kernel for
+    sm_90 in a child without the interpreter: the MMA, the counter's acq_rel atomic that
+    publishes each piece before the merge, and the shared memory within an SM's 227 KiB."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.kernelsearch.test_mla_gluon import _gluon_triton
+
+    env, why = _gluon_triton()
+    if why:
+        pytest.skip(why)
+    cfgs = [(32, 64, 2, 4, 128), (64, 32, 2, 8, 8)]  # 16 heads x s_q 2, B 128; 64 heads, B 8
+    r = subprocess.run([sys.executable, "-c", COMPILE_FITTED,
+                        str(get("mla_decode").variants["fitted"].file), json.dumps(cfgs)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    line = [x for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+    assert r.returncode == 0 and line, r.stderr[-3000:]
+    for res in json.loads(line[0][7:]):
+        assert res["sm90"] and res["mma"] > 0, res
+        assert res["atom"] >= 1 and res["acq_rel"] >= 1, res
+        assert res["shared"] <= 227 * 1024, res
