@@ -179,3 +179,51 @@ def test_fitted_kernel_compiles_for_hopper_with_tensor_cores_and_an_acq_rel_coun
         assert res["sm90"] and res["mma"] > 0, res
         assert res["atom"] >= 1 and res["acq_rel"] >= 1, res
         assert res["shared"] <= 227 * 1024, res
+
+
+# FlashMLA's sparse kernel at 16 / 32 heads: padded to its 64-head tile (a stand-in that
+# refuses other head counts, as the real kernel does)
+@pytest.fixture
+def strict_flash_mla(tmp_path, monkeypatch):
+    from tests.kernelsearch import test_libraries as tl
+
+    head = "def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, **kw):\n"
+    assert head in tl.STANDIN_FLASH_MLA
+    src = tl.STANDIN_FLASH_MLA.replace(head, head + "    if q.shape[1] not in (64, 128):\n"
+                                       "        raise RuntimeError('h_q must be 64 or 128')\n")
+    for m in ("flash_mla", "flash_mla.cuda"):
+        monkeypatch.delitem(__import__("sys").modules, m, raising=False)
+    from kernelsearch import libraries
+
+    libraries.reset()
+    tl._install(tmp_path, monkeypatch, "flash_mla", src)
+    yield
+    libraries.reset()
+    for m in ("flash_mla", "flash_mla.cuda"):
+        __import__("sys").modules.pop(m, None)
+
+
+def test_flashmla_sparse_is_offered_at_tensor_parallel_heads_padded_to_its_tile(
+        strict_flash_mla):
+    from kernelsearch.families import library
+
+    fam = get("mla_sparse_decode")
+    assert library.offered(fam, (2, 16, 300, 16, 2048, 0)) == ["flashmla_sparse_padded"]
+    assert library.offered(fam, (2, 128, 300, 16, 2048, 0)) == ["flashmla_sparse"]
+    args = fam.make_inputs((3, 16, 300, 16, 256, 1), "float32", "cpu",
+                           torch.Generator().manual_seed(4), "normal")
+    out = library.forward("mla_sparse_decode", "flashmla_sparse_padded")(*args)
+    assert out.shape == (3, 16, 512) and out.is_contiguous()
+    compare(out, fam.reference(*args), "float32", fam, "flashmla padded")
+    with pytest.raises(RuntimeError, match="64 or 128"):  # unpadded, the kernel refuses
+        library.forward("mla_sparse_decode", "flashmla_sparse")(*args)
+
+
+def test_padded_flashmla_sparse_passes_the_judge_as_a_library(strict_flash_mla):
+    from kernelsearch.harness.judge import judge
+
+    fam = get("mla_sparse_decode")
+    v = judge("mla_sparse_decode", fam.variants["flashmla_sparse_padded"].file.read_text(), {},
+              device="cpu", timing=False, random_shapes=1, seeds=1, library="flash_mla")
+    assert v.accepted, v.detail
+    assert v.kind == "library" and all(s[1] < 64 for s in v.checked_shapes)

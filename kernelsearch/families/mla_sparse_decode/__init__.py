@@ -160,6 +160,17 @@ FAMILY.variants["flashmla_sparse"] = _library.variant(
     fits=lambda s: s[1] in FLASHMLA_SPARSE_HEADS and s[4] % FLASHMLA_SPARSE_TOPK == 0,
     dtypes=("bfloat16",), fit=_flashmla_sparse_fit)
 
+
+def _flashmla_padded_fit(s):
+    return (s[0], s[1] if s[1] < 64 else 16) + _flashmla_sparse_fit(s)[2:]
+
+
+# fewer heads than its 64-head tile (TP8: 16, TP4: 32): zero heads padded in, as vLLM does
+FAMILY.variants["flashmla_sparse_padded"] = _library.variant(
+    "flashmla_sparse_padded", Path(__file__).parent, "flash_mla",
+    fits=lambda s: s[1] < 64 and s[4] % FLASHMLA_SPARSE_TOPK == 0,
+    dtypes=("bfloat16",), fit=_flashmla_padded_fit)
+
 # Gluon variants (kernelsearch.families.gluon): compiled for sm_90 only, offered where that holds
 from kernelsearch.families import gluon as _gluon  # noqa: E402
 from kernelsearch.families.mla_decode import gluon_valid as _gluon_valid  # noqa: E402
