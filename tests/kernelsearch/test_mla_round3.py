@@ -227,3 +227,34 @@ def test_padded_flashmla_sparse_passes_the_judge_as_a_library(strict_flash_mla):
               device="cpu", timing=False, random_shapes=1, seeds=1, library="flash_mla")
     assert v.accepted, v.detail
     assert v.kind == "library" and all(s[1] < 64 for s in v.checked_shapes)
+
+
+def test_dispatch_runs_the_fitted_kernel_for_both_families_from_its_one_file():
+    """A table entry naming mla_decode_mtp's `fitted` runs mla_decode's file (what the mixed
+    search's model process installs), inside its range; outside it, torch."""
+    from kernelsearch import dispatch
+
+    cfg = dict(BLOCK_H=32, BLOCK_N=16, GRID=132, STAGES=1, num_warps=4)
+    mtp = get("mla_decode_mtp")
+    table = {"entries": [
+        {"family": "mla_decode_mtp", "dtype": "float16", "match": {"H": 16, "P": 16, "S": 2},
+         "ranges": {"B": [1, 4], "L": [1, 256]}, "variant": "fitted", "config": cfg},
+        {"family": "mla_decode", "dtype": "float16", "match": {"H": 16, "P": 16},
+         "ranges": {"B": [1, 4], "L": [1, 256]}, "variant": "fitted",
+         "config": dict(cfg, BLOCK_H=16)}]}
+    dispatch.install(table)
+    try:
+        for fam, shape in ((mtp, (3, 16, 70, 16, 2, 1)), (get("mla_decode"), (2, 16, 40, 16, 1))):
+            args = fam.make_inputs(shape, "float16", "cpu", torch.Generator().manual_seed(6),
+                                   "normal")
+            s0 = dispatch.stats()
+            out = dispatch.call(fam.name, *args)
+            assert dispatch.stats()["kernel"] == s0["kernel"] + 1, fam.name
+            compare(out, fam.reference(*args), "float16", fam, f"dispatch {fam.name} fitted")
+        args = mtp.make_inputs((2, 16, 300, 16, 2, 1), "float16", "cpu",
+                               torch.Generator().manual_seed(6), "normal")
+        s1 = dispatch.stats()
+        dispatch.call("mla_decode_mtp", *args)
+        assert dispatch.stats()["fallback"] == s1["fallback"] + 1
+    finally:
+        dispatch.install(None)
