@@ -92,3 +92,15 @@ def test_h200_script_dry_run_prints_the_plan_without_building():
                         "/nonexistent-kit"], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1].startswith("20 cases; memory floor at 4.237")
+
+
+def test_configs_timed_pack_both_tokens_of_sixteen_heads_and_spread_tiles_and_grids():
+    from kernelsearch.families import get
+
+    cfgs = r3.project_configs(get("mla_decode_mtp"), "fitted", (32, 16, 32768, 64, 2, 0), 6)
+    assert {c["BLOCK_H"] for c in cfgs} == {32} and {c["num_warps"] for c in cfgs} == {4}
+    assert {(c["BLOCK_N"], c["GRID"]) for c in cfgs} == {(n, g) for n in (64, 32)
+                                                         for g in (132, 264, 528)}
+    big = r3.project_configs(get("mla_decode"), "splitkv", (8, 128, 131072, 64, 0), 6)
+    assert {c["BLOCK_H"] for c in big} == {64} and {c["num_warps"] for c in big} == {8}
+    assert r3.project_configs(get("mla_decode"), "no_such_variant", (8, 16, 4096, 64, 0), 6) == []
