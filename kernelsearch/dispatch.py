@@ -229,7 +229,16 @@ def _usable(family: str, args) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _forward(family: str, variant: str) -> Callable:
-    return importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
+    """The variant's module, imported by the name its file has under kernelsearch/families (a
+    variant may share another family's file: mla_decode_mtp's `fitted` is mla_decode's)."""
+    from kernelsearch.families import get
+
+    var = get(family).variants.get(variant)
+    name = f"kernelsearch.families.{family}.{variant}"
+    if var is not None:
+        rel = Path(var.file).resolve().relative_to(Path(__file__).resolve().parent / "families")
+        name = "kernelsearch.families." + ".".join(rel.with_suffix("").parts)
+    return importlib.import_module(name).forward
 
 
 def _key(family: str, args) -> tuple:
