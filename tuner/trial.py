@@ -20,7 +20,7 @@ REASONS: dict[str, str] = {
     "worse": "slower than the incumbent",
     "size_regressed": "some context/batch size regressed beyond tolerance",
     "holistic_lost": "a micro-benchmark win that loses end to end",
-    "below_throughput_floor": "objective energy: more tokens per joule, but some size's throughput fell below the floor (--throughput-floor of the incumbent's)",
+    "below_throughput_floor": "objective energy: more tokens per joule, but some size's throughput fell below the floor (--throughput-floor of the run's start)",
     "over_power_budget": "objective power-capped: the candidate's power limit or measured mean watts exceed the power budget (--power-budget)",
     "power_budget_met": "objective power-capped: the incumbent drew more than the power budget and the candidate draws within it",
     "energy_unmeasured": "an energy objective, but a side measured no energy (no NVML counter, no power samples)",

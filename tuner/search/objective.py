@@ -4,8 +4,8 @@
 - `energy`: most tokens per joule. The keep rule runs unchanged on the tokens/J view of each
   side (`project`): the same separation test against the noise, the same `size_regressed` and
   `holistic_lost` vetoes, per size. A winner is then also held to a floor: at every size its
-  median tokens/s must be at least `throughput_floor` (default 0.95) of the incumbent's, else
-  `below_throughput_floor`.
+  median tokens/s must be at least `throughput_floor` (default 0.95) of the run's start (not the
+  incumbent's: kept 4% losses cannot add up), else `below_throughput_floor`.
 - `power-capped`: most tokens/s with mean board watts <= `power_budget_w` at every size. A
   candidate over the budget is `over_power_budget` (before it is applied, where its power limit
   already says so: `budget_gate`); a candidate within it against an incumbent over it is

@@ -72,8 +72,8 @@ def flag_of(field: Any) -> Optional[str]:
 
 
 _OBJECTIVE_HELP = ("What to keep: throughput (most tokens/s) | energy (most tokens/J, throughput "
-                   "at least --throughput-floor of the incumbent's) | power-capped (most tokens/s "
-                   "with mean watts <= --power-budget).")
+                   "at every size at least --throughput-floor of the run's start) | power-capped "
+                   "(most tokens/s with mean watts <= --power-budget).")
 _WORKLOAD_HELP = ("sim | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | "
                   "cmd:<command line>")
 _METRIC_HELP = "For cmd: regex with one group, higher is better."
@@ -122,8 +122,8 @@ class SearchOptions(CliOptions):
         "throughput", description=_OBJECTIVE_HELP, json_schema_extra=cli("--objective"))
     throughput_floor: Optional[float] = Field(
         None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
-        description="--objective energy: the least throughput kept, as a fraction of the "
-                    "incumbent's at every size (default 0.95).")
+        description="--objective energy: the least throughput kept at every size, as a "
+                    "fraction of the run's start (the first incumbent; default 0.95).")
     power_budget_w: Optional[float] = Field(
         None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
         description="--objective power-capped: the most mean board watts (and power limit) per "
@@ -237,15 +237,18 @@ class KernelSearchOptions(SearchOptions):
                              description="Seconds before a candidate process is killed.")
     objective: Literal["throughput", "energy", "power-capped"] = Field(
         "throughput", json_schema_extra=cli("--objective"),
-        description="throughput | energy | power-capped (recorded with the run and its table; "
-                    "the judge's timing decides per bucket).")
+        description="throughput | energy | power-capped: recorded with the run and in its "
+                    "table's meta (dispatch then lets an entry give way to a library kernel that "
+                    "uses less energy); the kernel search itself keeps the fastest config per "
+                    "bucket, by the judge's timing.")
     throughput_floor: Optional[float] = Field(
         None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
-        description="--objective energy: the least throughput kept, as a fraction of the "
-                    "incumbent's (default 0.95).")
+        description="--objective energy: recorded with the run; the kernel search keeps by "
+                    "time, so no floor applies here (it does in search host and mixed).")
     power_budget_w: Optional[float] = Field(
         None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
-        description="--objective power-capped: the most mean board watts.")
+        description="--objective power-capped: recorded with the run; the kernel search keeps "
+                    "by time.")
     isolate: bool = True  # not on the command line
     # --proposer llm only
     incumbent_table: Optional[str] = Field(
