@@ -30,27 +30,25 @@ def register(app: typer.Typer) -> None:
     app.add_typer(profile_app, name="profile")
 
     @profile_app.command("list")
-    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 as_csv: bool = csv_option()) -> None:
         """Shipped and local profiles, and whether each matches this host."""
+        from tuner.cli.tables import print_table
 
         res = invoke(settings(ctx), "profile_list")
         if as_json:
             return _print_json(res)
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title="host profiles")
-        for c in ("name", "matches", "includes", "knobs", "description"):
-            t.add_column(c)
+        rows = []
         for p in res["profiles"]:
             if "error" in p:
-                t.add_row(p["name"], "[red]error[/]", "", "", p["error"])
+                rows.append([p["name"], "[red]error[/]", "", "", p["error"]])
                 continue
             m = p.get("matches_host")
             mt = "abstract" if p.get("abstract") else ("yes" if m else "no" if m is not None else "?")
-            t.add_row(p["name"], mt, ", ".join(Path(i).stem for i in p["include"]),
-                      str(p["knobs"]), p["description"])
-        Console().print(t)
+            rows.append([p["name"], mt, ", ".join(Path(i).stem for i in p["include"]),
+                         str(p["knobs"]), p["description"]])
+        print_table(("name", "matches", "includes", "knobs", "description"), rows,
+                    title="host profiles", as_csv=as_csv)
 
     @profile_app.command("show")
     def show_cmd(ctx: typer.Context,
