@@ -100,16 +100,18 @@ def register(app: typer.Typer) -> None:
     @profile_app.command("export")
     def export_cmd(ctx: typer.Context,
                    profile: Optional[str] = typer.Argument(None, help="Profile to flatten."),
-                   from_host: bool = typer.Option(False, "--from-host", help="Export this host's current values."),
+                   from_host: bool = typer.Option(False, "--from-host", help="Export this host's current values (every knob it has, BIOS and sysctls included)."),
+                   from_search: Optional[str] = typer.Option(None, "--from-search", metavar="RUN", help="Export only what search run RUN kept (its id, or the end of it as `trials` shows it), with the objective, policy and measurements in provenance."),
                    name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
                    kernels: Optional[Path] = typer.Option(None, "--kernels", help="Carry this dispatch table (JSON) as the profile's kernels."),
                    as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-        """A self-contained YAML profile (includes flattened), or this host's current values.
+        """A self-contained YAML profile (includes flattened), what a search kept, or this host's current values.
         Stored kernel sources its kernels name (src:<sha256>) are bundled, so `apply` on
         another host can verify and install them."""
         res = invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
-                     new_name=name, kernels=str(kernels) if kernels else None)
+                     new_name=name, kernels=str(kernels) if kernels else None,
+                     from_search=from_search)
         if output is not None:
             output.write_text(res["yaml"])
         if as_json:

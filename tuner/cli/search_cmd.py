@@ -41,7 +41,8 @@ def _print_host_result(res: dict) -> None:
         tpj = res.get("baseline_tok_per_j")
         print(f"objective {res['objective']}" + (f"; baseline {tpj:.4g} tok/J" if tpj else "")
               + (f"; budget {res['power_budget_w']:g} W" if res.get("power_budget_w") else ""))
-    print("`metaltune trials` lists each trial; `metaltune profile export --from-host` saves the result")
+    print(f"`metaltune trials --run {res['run_id']}` lists each trial; `metaltune profile export "
+          f"--from-search {res['run_id']} -o FILE` saves what it changed as a profile")
 
 
 def _val(v: object) -> str:

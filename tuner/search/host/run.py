@@ -76,7 +76,7 @@ def search_knobs(
     with TrialStore.in_state_dir(guard.state_dir) as store:
         run_id = store.new_run(kind, {**(meta or {}), "proposer": proposer, "knobs": sorted(knobs),
                                       "baseline": base.model_dump(), "start": start,
-                                      **obj.describe()})
+                                      "policy": str(guard.policy.source), **obj.describe()})
         res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
     return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2))
 
