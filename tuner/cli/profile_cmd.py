@@ -119,6 +119,24 @@ def register(app: typer.Typer) -> None:
         if output is None:
             print(res["yaml"], end="")
 
+    @app.command("recommend")
+    def recommend_cmd(ctx: typer.Context,
+                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """The profile for this host (as `tuned-adm recommend`), with its evidence: measured on
+        this host, measured elsewhere (where and when), only simulated, or not measured end to
+        end; and the matching profiles for other objectives. Exit 1 when none matches."""
+        res = invoke(settings(ctx), "recommend")
+        if as_json:
+            return _print_json(res)
+        h, best = res["host"], res["recommended"]
+        print(f"host: {', '.join(h['gpus']) or 'no GPU'}, driver {h['driver']}, {h['virtualization']}")
+        print(f"recommended: {best['name']} ({best['objective']}): {best['description']}")
+        print(f"  evidence: {best['evidence']['text']}")
+        for alt in res["alternatives"]:
+            print(f"also matches: {alt['name']} ({alt['objective']}): {alt['description']}")
+            print(f"  evidence: {alt['evidence']['text']}")
+        print(f"next: `{res['next']}`, then `metaltune apply {best['name']}`")
+
     @app.command("verify")
     def verify_cmd(ctx: typer.Context,
                    profile: str = typer.Argument(..., metavar="PROFILE",
