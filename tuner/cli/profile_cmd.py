@@ -137,6 +137,42 @@ def register(app: typer.Typer) -> None:
             print(f"  evidence: {alt['evidence']['text']}")
         print(f"next: `{res['next']}`, then `metaltune apply {best['name']}`")
 
+    @app.command("set")
+    def set_cmd(ctx: typer.Context,
+                knob: str = typer.Argument(..., metavar="KNOB", help="A knob name as `metaltune host` lists it, e.g. gpu0.power_limit_w."),
+                value: str = typer.Argument(..., metavar="VALUE", help="The value: 650, performance, [1530, 1530], or default."),
+                dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
+                probation: Optional[float] = typer.Option(None, "--probation", min=0, callback=finite(0, MAX_PROBATION_S),
+                                                          metavar="SECONDS",
+                                                          help="Seconds of probation (default: the policy's)."),
+                policy: Optional[Path] = typer.Option(None, "--policy", metavar="FILE",
+                                                      help="Allowed-change list (YAML; default as for apply)."),
+                no_wait: bool = typer.Option(False, "--no-wait",
+                                             help="Return once the change is in probation (`metaltune confirm` ends it early)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Change one setting through the safety layer (the device's domain, the policy, the
+        journal, probation and rollback), as `apply` changes a profile's."""
+        from tuner.cli.probation_view import ProbationView
+        from tuner.ops.set_knob import SET_LABEL, parse_value
+
+        s = settings(ctx)
+        args = dict(knob=knob, value=parse_value(value), dry_run=dry_run, probation_s=probation,
+                    policy=str(policy) if policy else None, no_wait=no_wait)
+        if dry_run or as_json or no_wait:
+            res = invoke(s, "set", **args)
+        else:
+            with ProbationView(s, SET_LABEL):
+                res = invoke(s, "set", **args)
+        if as_json:
+            return _print_json(res)
+        _print_items(res, f"set {knob}" + (" (dry run)" if dry_run else ""), items_key="plan")
+        if res.get("refused"):  # a dry run (a real set raised): what set would say
+            print("set would be refused:\n" + res["refused"])
+            return
+        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
+        if res.get("note"):
+            print(res["note"])
+
     @app.command("verify")
     def verify_cmd(ctx: typer.Context,
                    profile: str = typer.Argument(..., metavar="PROFILE",
@@ -239,7 +275,7 @@ def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
         shown.append(st)
         row = [it.get("knob") or it["key"], f"[{STATUS_STYLE.get(st, '')}]{st}[/]",
                _v(it.get("current")) + (f" (pending {_v(it['pending'])})" if it.get("pending") is not None else ""),
-               _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}"]
+               _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}" if it.get("line") else it["file"]]
         if items_key == "plan":
             pol = it.get("policy", "")
             row.insert(5, pol.split(":")[0] + (f" ({pol.split(':', 1)[1].strip()})" if ":" in pol else ""))
