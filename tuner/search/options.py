@@ -152,7 +152,9 @@ class HostSearchOptions(SearchOptions):
                           json_schema_extra=cli("--proposer"))
     policy: Optional[str] = Field(
         None, json_schema_extra=cli("--policy", "FILE"),
-        description="Policy YAML (default: the shipped conservative one); proposals stay inside it.")
+        description="Policy YAML; proposals stay inside it (default: the shipped "
+                    "safety/policies/default.yaml, not /etc/metaltune/policy.yaml, which apply "
+                    "reads: pass that here; the daemon passes its configured one).")
     knobs: Optional[list[str]] = Field(None, description="Knob name or glob; repeatable.",
                                        json_schema_extra=cli("--knob"))
     #: the A/B pairs per trial (HostEvaluator's repeats): `--rounds` as on search mixed
@@ -171,7 +173,9 @@ class MixedSearchOptions(HostSearchOptions):
                           json_schema_extra=cli("--proposer"))
     policy: Optional[str] = Field(
         None, json_schema_extra=cli("--policy", "FILE"),
-        description="Policy YAML (default: the shipped conservative one).")
+        description="Policy YAML (default: the shipped safety/policies/default.yaml, not "
+                    "/etc/metaltune/policy.yaml, which apply reads: pass that here; the daemon "
+                    "passes its configured one).")
     knobs: Optional[list[str]] = Field(
         None, json_schema_extra=cli("--knob"),
         description="Knob name or glob; repeatable; 'none': no host knobs.")
