@@ -74,5 +74,6 @@ def test_chart_of_tokens_per_s_against_tokens_per_j(searched, tmp_path):
     res = json.loads(r.stdout)
     assert res["chart"] == str(png) and png.read_bytes()[:4] == b"\x89PNG"
     assert len(res["points"]) == sum(1 for t in trials if t["energy"])
+    assert len(res["starts"]) == 1 and res["starts"][0]["tok_per_s"] > 0  # the run's start
     bad = mt("trials", "--chart", str(png), "--run", "no-such-run")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr

@@ -36,3 +36,18 @@ def test_recommend_on_a_consumer_card(tmp_path):
     mt = SimCli(tmp_path, "rtx4090")
     res = json.loads(mt("recommend", "--json").stdout)
     assert res["recommended"]["name"] == "rtx4090"
+
+
+def test_evidence_kinds():
+    from tuner.ops.recommend import evidence
+
+    assert evidence({"source": "metaltune search host", "run_id": "r1", "measured_on": "NVIDIA H200",
+                     "date": "2026-12-04"}, {"r1"})["kind"] == "here"
+    assert evidence({"source": "metaltune search host", "run_id": "r1"}, set())["kind"] == "measured"
+    assert evidence({"source": "measured", "measured_on": "NVIDIA H100 SXM"}, set())["text"] \
+        .startswith("measured on NVIDIA H100 SXM")
+    assert evidence({"source": "sim-measured"}, set())["kind"] == "simulated"
+    assert evidence({"source": "metaltune search host", "run_id": "r2",
+                     "measured_on": "NVIDIA H200 (simulated)"}, set())["kind"] == "simulated"
+    assert evidence({"source": "vendor guidance"}, set())["kind"] == "not-measured"
+    assert evidence({}, set())["text"] == "not measured end to end: no provenance"

@@ -62,11 +62,13 @@ def _tradeoff(ctx: typer.Context, run_id: Optional[str], chart: str, as_json: bo
                        "both tokens/s and tokens/J (an energy measurement is needed)")
     out = Path(chart)
     try:
-        trials_view.tradeoff_chart(points, out, f"tokens/s against tokens/J ({'run ' + run_id if run_id else 'all runs'})")
+        trials_view.tradeoff_chart(points, out, f"tokens/s against tokens/J ({'run ' + run_id if run_id else 'all runs'})",
+                                   starts=trials_view.run_starts(res))
     except OSError as e:
         raise BadInput(f"--chart {out}: cannot write ({e.strerror or e})") from None
     if as_json:
-        print(json.dumps({"chart": str(out), "points": points}, indent=2))
+        print(json.dumps({"chart": str(out), "points": points,
+                          "starts": trials_view.run_starts(res)}, indent=2))
     else:
         print(f"chart -> {out} ({len(points)} trials)")
 

@@ -151,9 +151,25 @@ def tradeoff_points(res: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def tradeoff_chart(points: list[dict[str, Any]], path: Any, title: str) -> Any:
-    """tokens/s against tokens/J, one point a trial, coloured by verdict, each numbered (the
-    Zeus view: how much speed each joule saved cost)."""
+def run_starts(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each run's start (its baseline measurement) where it measured both, for the chart."""
+    out = []
+    seen = {tr["run_id"] for tr in res["trials"]}
+    for r in res.get("runs", []):
+        base = (r.get("meta") or {}).get("baseline") or {}
+        tpj = list((base.get("per_size_tok_per_j") or {}).values())
+        if r["id"] in seen and base.get("unit") == "tok/s" and tpj:
+            from tuner.workloads.stats import geomean
+
+            out.append({"run_id": r["id"], "tok_per_s": float(base["value"]),
+                        "tok_per_j": float(geomean(tpj))})
+    return out
+
+
+def tradeoff_chart(points: list[dict[str, Any]], path: Any, title: str,
+                   starts: Optional[list[dict[str, Any]]] = None) -> Any:
+    """tokens/s against tokens/J, one point a trial, coloured by verdict, each numbered, and
+    each run's start as a star (the Zeus view: how much speed each joule saved cost)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,6 +182,9 @@ def tradeoff_chart(points: list[dict[str, Any]], path: Any, title: str) -> Any:
         sel = [p for p in points if p["verdict"] == verdict]
         ax.scatter([p["tok_per_j"] for p in sel], [p["tok_per_s"] for p in sel],
                    label=verdict, color=colours.get(verdict, "tab:blue"))
+    if starts:
+        ax.scatter([s["tok_per_j"] for s in starts], [s["tok_per_s"] for s in starts],
+                   marker="*", s=160, color="black", label="start")
     for p in points:
         ax.annotate(str(p["number"]), (p["tok_per_j"], p["tok_per_s"]), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
