@@ -36,6 +36,7 @@ log = logging.getLogger("kernelsearch.dispatch")
 _table: Optional[DispatchTable] = None
 _cache: dict[tuple, Optional[Callable]] = {}
 _stats: dict[str, int] = {"kernel": 0, "fallback": 0}
+_calls: dict[str, int] = {}  # family -> calls through `call` (kernel or fallback)
 _sources: dict[str, Callable] = {}  # sha256 -> the stored source's forward (installed table's)
 _refused: dict[str, str] = {}  # sha256 -> why its entries run torch
 _loaded: dict[tuple, Callable] = {}  # (store root, sha256) -> forward: loaded once per process
@@ -204,6 +205,12 @@ def stats() -> dict[str, int]:
     return dict(_stats)
 
 
+def calls() -> dict[str, int]:
+    """Calls through `call` per family since the process started, kernel and fallback alike
+    (what an engine integration reports to show its ops are on the model's path)."""
+    return dict(_calls)
+
+
 def _usable(family: str, args) -> bool:
     """Kernels run on CUDA tensors (or anywhere under the Triton interpreter), all on one device;
     decode attention also needs unit stride along the head dim (the others handle any layout)."""
@@ -222,7 +229,16 @@ def _usable(family: str, args) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _forward(family: str, variant: str) -> Callable:
-    return importlib.import_module(f"kernelsearch.families.{family}.{variant}").forward
+    """The variant's module, imported by the name its file has under kernelsearch/families (a
+    variant may share another family's file: mla_decode_mtp's `fitted` is mla_decode's)."""
+    from kernelsearch.families import get
+
+    var = get(family).variants.get(variant)
+    name = f"kernelsearch.families.{family}.{variant}"
+    if var is not None:
+        rel = Path(var.file).resolve().relative_to(Path(__file__).resolve().parent / "families")
+        name = "kernelsearch.families." + ".".join(rel.with_suffix("").parts)
+    return importlib.import_module(name).forward
 
 
 def _key(family: str, args) -> tuple:
@@ -286,6 +302,7 @@ def _ckey(e: Any) -> list:
 
 
 def call(family: str, *args: Any) -> Any:
+    _calls[family] = _calls.get(family, 0) + 1
     hit = _resolve(family, args) if _table is not None else None
     if hit is None:
         _stats["fallback"] += 1

@@ -10,7 +10,9 @@ joules the board used over the window and their mean watts:
 2. where the counter is not supported: `nvmlDeviceGetPowerUsage` (mW) sampled on a thread at a
    bounded rate (1-20 Hz) and at both ends, integrated with the trapezoid rule over the samples'
    own timestamps (on recent boards the power reading is itself averaged over ~1 s, so a window
-   well under a second is an estimate);
+   well under a second is an estimate); a sample that no board can draw (not a number, negative,
+   over MAX_BOARD_W: 0xFFFFFFFF mW = 4.29 MW is NVML's "invalid") makes the window unmeasured,
+   with the reading named in the reason, never a number;
 3. otherwise `Reading.joules is None` with the reason (no pynvml, no GPU, neither call supported).
 
 Only read calls are made: nvmlInit / nvmlShutdown, nvmlDeviceGetHandleByIndex and the two above.
@@ -19,6 +21,7 @@ function names and exception classes (`nvml=`).
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -85,6 +88,7 @@ class EnergyMeter:
         self._t0 = 0.0
         self._e0: Optional[int] = None
         self._samples: list[tuple[float, float]] = []  # (time, watts)
+        self._impossible: list[float] = []  # samples no board can draw
         self._overhead = 0.0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -93,6 +97,7 @@ class EnergyMeter:
     # -- the window --------------------------------------------------------------------------
     def start(self) -> "EnergyMeter":
         self.reading, self._reason, self._e0, self._samples = None, "", None, []
+        self._impossible = []
         self._overhead = 0.0
         t = self._clock()
         if not self._opened:
@@ -122,7 +127,8 @@ class EnergyMeter:
                 self._thread = None
                 self._sample()
                 r = self._from_samples(seconds)
-                r.reason = self._reason  # why it sampled: the counter's error
+                # why it sampled (the counter's error), after why it gave nothing, if it did not
+                r.reason = "; ".join(x for x in (r.reason, self._reason.lstrip("; ")) if x)
             else:
                 r = Reading(None, seconds, reason=self._reason.lstrip("; ") or "no reading")
         finally:
@@ -176,11 +182,14 @@ class EnergyMeter:
     def _sample(self) -> Optional[float]:
         t = self._clock()
         try:
-            w = self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
+            w = float(self._nvml.nvmlDeviceGetPowerUsage(self._handle)) / 1000.0
         except Exception as e:  # noqa: BLE001 - NVMLError_NotSupported
             self._reason += f"; nvmlDeviceGetPowerUsage: {_why(e)}"
             return None
         t1 = self._clock()
+        if not possible_w(w):
+            self._impossible.append(w)
+            return w  # counted, never integrated: the window is unmeasured
         self._samples.append(((t + t1) / 2, w))
         return w
 
@@ -202,6 +211,10 @@ class EnergyMeter:
         return Reading(delta_mj / 1000.0, seconds, SOURCE_COUNTER)
 
     def _from_samples(self, seconds: float) -> Reading:
+        if self._impossible:
+            return Reading(None, seconds, reason=f"impossible power reading {self._impossible[0]!r} W "
+                           f"(outside 0-{MAX_BOARD_W:g} W; {len(self._impossible)} of "
+                           f"{len(self._impossible) + len(self._samples)} samples)")
         s = sorted(self._samples)
         if len(s) < 2:
             return Reading(None, seconds, reason="fewer than two power samples")
@@ -211,6 +224,11 @@ class EnergyMeter:
         area = sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(s, s[1:]))
         # the samples' span is a little shorter than the window: the mean over it, for all of it
         return Reading(area / span * seconds, seconds, SOURCE_SAMPLES, samples=len(s))
+
+
+def possible_w(w: Any) -> bool:
+    """Whether `w` watts is a reading a board can give: a finite number in [0, MAX_BOARD_W]."""
+    return isinstance(w, (int, float)) and math.isfinite(w) and 0.0 <= w <= MAX_BOARD_W
 
 
 def _why(e: BaseException) -> str:

@@ -62,6 +62,13 @@ class JournalReads(SqliteFile):
                                  (knob, since))
         return int(r[0])
 
+    def change_times(self, knob: str, since: float) -> list[float]:
+        """When each change of `knob` since `since` was journalled, oldest first (when a rate
+        limit frees up again)."""
+        return [float(r[0]) for r in self._all(
+            "SELECT created FROM changes WHERE knob=? AND created>=? ORDER BY created",
+            (knob, since))]
+
     def incidents(self, limit: int = 20, txn_id: Optional[int] = None) -> list[dict[str, Any]]:
         q, args = "SELECT * FROM incidents", []
         if txn_id is not None:

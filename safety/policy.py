@@ -181,6 +181,16 @@ class Policy:
                 return i, r
         return None
 
+    def rate_limit(self, name: str) -> Optional[int]:
+        """The changes an hour the policy allows `name` (its rule's, else the default; None:
+        unlimited, or a knob no rule allows at all)."""
+        hit = self.rule_for(name)
+        if hit is None or self.forbidden_by(name) is not None:
+            return None
+        r = hit[1]
+        return r.max_changes_per_hour if r.max_changes_per_hour is not None \
+            else self.model.defaults.max_changes_per_hour
+
     def probation_for(self, names: list[str]) -> float:
         """The longest probation any of the knobs' rules asks for."""
         out = 0.0

@@ -10,8 +10,10 @@ child the project starts with `sys.executable`:
 - runs with `-P` (3.11+: nothing prepended to `sys.path`) and `-s` (no user site-packages); on
   3.10, which has no `-P`, a `-c` stub drops the prepended entry before it imports anything
   but `sys` (builtin);
-- gets only the PYTHONPATH entries root can trust (`securefs.check_path`: absolute, every
-  directory from / owned by root or by us and not writable by group or others unless sticky);
+- gets only the PYTHONPATH entries root can trust (`securefs.check_code_dir`: absolute,
+  existing, every directory from / owned by root or by us and not writable by group or others
+  unless sticky, and the entry itself writable by nobody else even if sticky: anyone can put a
+  `sitecustomize.py` in /tmp, issue 42 item 5);
   the others are dropped and logged, as is a PYTHONPYCACHEPREFIX it cannot trust (a `.pyc`
   there is code too).
 
@@ -24,7 +26,7 @@ import os
 import sys
 from typing import Mapping, Optional
 
-from safety.securefs import UnsafePath, check_path
+from safety.securefs import UnsafePath, check_code_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ def untrusted(path: str) -> Optional[str]:
     if not os.path.isabs(path):
         return "not an absolute path (relative to the working directory)"
     try:
-        check_path(path)
+        check_code_dir(path)
     except UnsafePath as e:
         return str(e)
     except OSError as e:

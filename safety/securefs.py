@@ -140,6 +140,26 @@ def open_file(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> in
     return fd
 
 
+def check_code_dir(path: str | os.PathLike[str]) -> Path:
+    """A directory root may import code from (a PYTHONPATH entry): `check_path`, and then
+    stricter than it, because a module path is searched by name: the directory must exist (one
+    missing under a sticky dir such as /tmp is anyone's to create) and nobody but root or us may
+    add a file to it, sticky bit or not (anyone can create `sitecustomize.py` in /tmp). A file
+    entry (a zip) is held to `check_file`. Returns the real path; raises UnsafePath."""
+    real, missing = check_path(path)
+    if missing:
+        raise UnsafePath(f"{path}: does not exist (whoever creates it first decides what it holds)")
+    st = os.stat(real)
+    if not stat.S_ISDIR(st.st_mode):
+        return check_file(real)
+    if st.st_uid not in _trusted_uids():
+        raise UnsafePath(f"{real}: owned by uid {st.st_uid}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafePath(f"{real}: writable by {'others' if st.st_mode & stat.S_IWOTH else 'group'}"
+                         f" (mode {stat.S_IMODE(st.st_mode):04o}): anyone there can add a module")
+    return real
+
+
 def check_file(path: str | os.PathLike[str]) -> Path:
     """A file root may load code from (an extension, a module): every directory up to / as
     `check_path` wants it, and the file itself (through any link we trust) a regular file owned

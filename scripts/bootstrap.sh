@@ -3,8 +3,18 @@
 # the system packages its tests start as real peers, and a virtual environment in .venv with
 # metaltune installed (editable) and the CPU build of torch (constraints/cpu.txt), never the
 # multi-GB CUDA build a bare `torch` would pull. Safe to run again: it only adds what is missing.
+#   bash scripts/bootstrap.sh [--engines]
+# --engines also builds the serving engine's own environment (.venv-vllm: vLLM's CPU build,
+# scripts/engine_env.sh), which the tests that start a real vLLM server need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ENGINES=0
+for a in "$@"; do
+  case "$a" in
+    --engines) ENGINES=1 ;;
+    *) echo "bootstrap: unknown option $a (expected --engines)" >&2; exit 2 ;;
+  esac
+done
 
 # System packages: sshd (fleet tests), iproute2 (network namespaces), libvirt headers (the Redfish
 # emulator's libvirt driver), pciutils (lspci decodes PCIe config dumps), systemd (systemd-analyze).
@@ -35,5 +45,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # for sm_90 on a machine without a GPU (constraints/gluon.txt)
 [ -d .venv/triton-gluon/triton ] || .venv/bin/pip install -q --no-deps --target .venv/triton-gluon \
   -r constraints/gluon.txt
+[ "$ENGINES" = 1 ] && bash scripts/engine_env.sh
 echo "bootstrap: ready (.venv)"
 bash scripts/link_cli.sh  # `metaltune` on PATH (root: /usr/local/bin), or how to get it there

@@ -12,7 +12,7 @@ knobs:
   gpu*.power_limit_w: 700        # a comment saying why
   pcie.*.max_read_request_bytes: 4096
 kernels: {}                     # kernelsearch dispatch table (its dict form)
-provenance: {source: vendor guidance, date: 2026-11-29}
+provenance: {source: vendor guidance, values_from: guidance, date: 2026-11-29}
 ```
 Knob keys are names or fnmatch patterns (`gpu*`, `pcie.*`), or the PCIe role selectors
 `pcie.@gpus.<field>` / `pcie.@nics.<field>`; an exact name beats a pattern, and a child file beats
@@ -95,6 +95,10 @@ class Match(BaseModel):
 class Provenance(BaseModel):
     model_config = ConfigDict(extra="allow")
     source: Optional[str] = None              # "measured", "vendor guidance", "hand-tuned"
+    #: where the values come from, as `profile list` shows it and `apply` warns of: measured on
+    #: real hardware, found on a simulated host only, or guidance (vendor, community) not
+    #: measured end to end; absent: unstated
+    values_from: Optional[Literal["measured", "simulated", "guidance"]] = None
     measured_on: Optional[str] = None         # host / GPU / driver it was measured on
     date: Optional[str] = None
     workload: Optional[str] = None
@@ -103,7 +107,7 @@ class Provenance(BaseModel):
     trials: Optional[int] = None
     notes: Optional[str] = None
     #: what the search that found it kept (tuner.search.objective); absent: throughput
-    objective: Optional[Literal["throughput", "energy", "power-capped"]] = None
+    objective: Optional[Literal["throughput", "energy", "power-capped", "goodput"]] = None
     throughput_floor: Optional[float] = Field(None, gt=0, le=1)  # energy
     power_budget_w: Optional[float] = Field(None, gt=0)  # power-capped
     tok_per_j_gain_pct: Optional[float] = None  # tokens per joule over the run's start
@@ -369,7 +373,8 @@ def list_profiles(dirs: list[Path] | None = None) -> list[dict[str, Any]]:
                 seen[p.stem] = {"name": pr.name, "path": pr.path, "description": pr.description,
                                 "include": pr.chain[:-1], "abstract": pr.abstract,
                                 "match": pr.match.model_dump(exclude_none=True),
-                                "knobs": len(pr.knobs)}
+                                "knobs": len(pr.knobs),
+                                "values_from": pr.provenance.values_from or "unstated"}
             except BadInput as e:
                 seen[p.stem] = {"name": p.stem, "path": _rel(p), "error": str(e)}
     return list(seen.values())

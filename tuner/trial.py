@@ -20,10 +20,11 @@ REASONS: dict[str, str] = {
     "worse": "slower than the incumbent",
     "size_regressed": "some context/batch size regressed beyond tolerance",
     "holistic_lost": "a micro-benchmark win that loses end to end",
-    "below_throughput_floor": "objective energy: more tokens per joule, but some size's throughput fell below the floor (--throughput-floor of the run's start)",
+    "below_throughput_floor": "objective energy: more tokens per joule, but some size's throughput fell below the floor (--throughput-floor of the incumbent's); objective power-capped: within the budget, but slower than the floor of the incumbent's tokens/s scaled to the budget",
     "over_power_budget": "objective power-capped: the candidate's power limit or measured mean watts exceed the power budget (--power-budget)",
     "power_budget_met": "objective power-capped: the incumbent drew more than the power budget and the candidate draws within it",
     "energy_unmeasured": "an energy objective, but a side measured no energy (no NVML counter, no power samples)",
+    "goodput_unmeasured": "objective goodput, but a side reported no goodput (requests/s meeting the SLOs)",
     # rejected before anything was written
     "policy_denied": "the allowed-change list refuses this change",
     "unknown_knob": "the candidate names a knob this host does not have",

@@ -37,6 +37,12 @@ FLASHMLA_DEFAULT_SCALE = 1.0 / math.sqrt(D_QK)
 # (1/sqrt(576)); then anything a model with other head dims may use
 SCALES = Scalar((1.0 / math.sqrt(192), 0.1352, 1.0 / math.sqrt(80), 1.0 / math.sqrt(576)),
                 0.02, 0.25)
+# heads a GPU holds: DeepSeek-V3/V3.2 tensor-parallel over 8 / 4 / 2 GPUs, and one GPU (all 128).
+# Below 128 heads decode is memory-bound (16 heads: 30 FLOP a byte, the H200 breaks even at 171)
+HEADS = (16, 32, 64, 128)
+SMALL_HEADS = HEADS[:-1]
+# the contexts the round-3 tables cover, 4k to 128k
+CONTEXTS = (4096, 32768, 131072)
 POISON = 300.0  # what rows nobody may read hold: exp(scale * 576 * 300 * q) swamps any softmax
 
 
@@ -203,6 +209,21 @@ def tile_valid(cfg: dict, shape) -> bool:
     return cfg["STAGES"] * bn * D_QK * 2 + bh * D_QK * 2 <= 227 * 1024
 
 
+def rows_tile_valid(q_rows: Callable[[Any], int]) -> Callable[[dict, Any], bool]:
+    """tile_valid over a sequence's query rows (heads x query tokens): the memory-bound
+    `fitted` variant packs both tokens of a multi-token step into one tile (16 heads x 2: one
+    32-row MMA tile), so its head block is bounded by the rows, not the heads."""
+    def valid(cfg: dict, shape) -> bool:
+        return tile_valid(cfg, (shape[0], q_rows(shape)) + tuple(shape[2:]))
+    return valid
+
+
+# the fitted split-KV variant's space (mla_decode/fitted.py, shared by mla_decode_mtp): head
+# blocks up to 64 rows (the memory-bound head counts), GRID programs sharing the batch's tiles
+FITTED_DIMS = {"BLOCK_H": [16, 32, 64], "BLOCK_N": [16, 32, 64],
+               "GRID": [132, 264, 528, 1056], "STAGES": [1, 2, 3], "num_warps": [4, 8]}
+
+
 def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, list]], *,
            n_tokens: Callable[[Any], float], int32_reads: Callable[[Any], int],
            shape_dims: Sequence[str], exact_dims: Sequence[str], cheap, search, sweep,
@@ -249,7 +270,7 @@ def family(name: str, signature: str, here: Path, variants: dict[str, dict[str, 
         # 64/256-index tile and DeepSeek-V3.2's 2048; page counts past 64/256/1024/4096 pages
         # (pages of one token). The CPU interpreter runs the cheap ones (the GPU all, plus the
         # largest claimed shape)
-        edges={"L": (64, 256, 1024), "B": (2, 8, 32, 128), "H": (16, 64, 128),
+        edges={"L": (64, 256, 1024), "B": (2, 8, 32, 128), "H": HEADS,
                "TOPK": (64, 256, 2048)},
         edge_shapes=[tuple(cheap[:2]) + (n + 1, 1) + tuple(cheap[4:])
                      for n in (64, 256, 1024, 4096)],

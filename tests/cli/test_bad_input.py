@@ -40,13 +40,18 @@ def test_gpu_profile_values_outside_the_device_domain_are_refused(capsys, h200, 
 
 
 def test_settings_this_host_cannot_take_are_reported_unsupported_not_written(capsys, h200, tmp_path):
-    # a shared profile may name what one host lacks (offsets on an H200, a GPU it does not have)
+    # a shared profile may name what one host lacks (offsets on an H200); a GPU it does not have
+    # is refused (issue 42 item 12: "nothing to change" called such a profile in force)
     prof = tmp_path / "p.yaml"
-    prof.write_text("name: p\nknobs:\n  gpu0.gpc_clock_offset_mhz: 100\n  gpu7.power_limit_w: 500\n")
+    prof.write_text("name: p\nknobs:\n  gpu0.gpc_clock_offset_mhz: 100\n")
     before = digest(h200)
     rc, out, err = run(capsys, "--sim-root", str(h200), "apply", str(prof), "--probation", "0",
                        "--policy", PERMISSIVE, "--force")
-    assert rc == 0 and "unsupported 2" in out and "nothing to change" in out
+    assert rc == 0 and "unsupported 1" in out and "nothing to change" in out
+    prof.write_text("name: p\nknobs:\n  gpu0.gpc_clock_offset_mhz: 100\n  gpu7.power_limit_w: 500\n")
+    rc, out, err = run(capsys, "--sim-root", str(h200), "apply", str(prof), "--probation", "0",
+                       "--policy", PERMISSIVE, "--force")
+    assert rc == 2 and "knobs.gpu7.power_limit_w: this host has no gpu7" in err, (out, err)
     assert digest(h200) == before
 
 

@@ -14,7 +14,7 @@ def test_profile_list_csv_has_the_tables_rows(tmp_path):
     r = mt("profile", "list", "--csv")
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    assert list(rows[0]) == ["name", "matches", "includes", "knobs", "description"]
+    assert list(rows[0]) == ["name", "matches", "values", "includes", "knobs", "description"]
     listed = {p["name"]: p for p in json.loads(mt("profile", "list", "--json").stdout)["profiles"]}
     assert {row["name"] for row in rows} == set(listed)
     h200 = next(row for row in rows if row["name"] == "h200")

@@ -22,6 +22,8 @@ COMMANDS = {"host": HostSearchOptions, "mixed": MixedSearchOptions, "kernel": Ke
 LIVE = {"proposer", "workload", "family"}
 #: fields the command line does not set (the daemon's and tests' own)
 NOT_ON_CLI = {"isolate"}
+#: host-search fields a subclass's command leaves off (search mixed plans no rate budget yet)
+NOT_ON = {"mixed": {"wait_for_policy"}}
 
 
 def _params(cmd: str) -> dict[str, object]:
@@ -33,7 +35,7 @@ def _params(cmd: str) -> dict[str, object]:
 def test_every_field_is_an_option_with_the_models_flag_default_and_help(cmd):
     model, params = COMMANDS[cmd], _params(cmd)
     for name, field in model.model_fields.items():
-        if name in NOT_ON_CLI:
+        if name in NOT_ON_CLI | NOT_ON.get(cmd, set()):
             assert name not in params
             continue
         p = params[name]

@@ -118,3 +118,29 @@ def test_sampling_overhead_is_under_one_percent_of_the_window():
     assert sorted(r.overhead for r in rs)[1] < 0.01, [r.to_dict() for r in rs]
     _, r = measure(lambda: time.sleep(1.0), EnergyMeter(nvml=FakeEnergyNVML(latency_s=100e-6)))
     assert r.source == SOURCE_COUNTER and r.overhead < 0.001  # two reads at the ends
+
+
+class _Impossible(FakeEnergyNVML):
+    """A board whose power reading turns impossible once, mid-window (no energy counter)."""
+
+    def __init__(self, bad, **kw):
+        super().__init__(watts=400.0, counter=False, **kw)
+        self.bad, self.n = bad, 0
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        self.n += 1
+        return self.bad if self.n == 3 else super().nvmlDeviceGetPowerUsage(handle)
+
+
+@pytest.mark.parametrize("bad", [-250_000, float("nan"), float("inf"), 0xFFFFFFFF, 5_000_001])
+def test_an_impossible_power_sample_makes_the_window_unmeasured(bad):
+    """Negative, NaN, inf, 4.29 MW (NVML's 0xFFFFFFFF mW) or over 5 kW: no board draws that, so
+    the fallback gives no joules (recorded as unmeasured, with the reading), never a number."""
+    r = _window(EnergyMeter(nvml=_Impossible(bad), sample_hz=20), 0.3)
+    assert r.joules is None and r.mean_w is None and r.source == ""
+    assert "impossible power reading" in r.reason and r.reason.count("W") >= 2
+
+
+def test_a_board_at_its_sane_limit_is_still_measured():
+    r = _window(EnergyMeter(nvml=FakeEnergyNVML(watts=1200.0, counter=False), sample_hz=20), 0.2)
+    assert r.source == SOURCE_SAMPLES and r.mean_w == pytest.approx(1200.0, rel=0.02)

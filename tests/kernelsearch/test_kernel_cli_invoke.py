@@ -34,17 +34,24 @@ def test_search_kernel_asks_the_daemon_when_one_runs(capsys, monkeypatch):
 
 
 def test_the_operation_records_the_objective_it_is_given(tmp_path):
-    """As the daemon's search child runs it (the operation, not the CLI's own call)."""
+    """As the daemon's search child runs it (the operation, not the CLI's own call): the run
+    and its table record the objective; one the CPU cannot measure (energy: no NVML) is refused
+    before any trial."""
     from tuner.cli.common import invoke
+    from tuner.errors import BadInput
     from tuner.ops.settings import Settings
     from tuner.search.store import TrialStore
 
-    res = invoke(Settings(tmp_path / "state", None, None), "search_kernel", local=True,
-                 family="swiglu", budget=1, proposer="random", device="cpu", shapes=[[3, 17]],
-                 objective="energy")
+    settings = Settings(tmp_path / "state", None, None)
+    with pytest.raises(BadInput, match="--objective energy: a kernel search on cpu measures no energy"):
+        invoke(settings, "search_kernel", local=True, family="swiglu", budget=1,
+               proposer="random", device="cpu", shapes=[[3, 17]], objective="energy")
+    res = invoke(settings, "search_kernel", local=True, family="swiglu", budget=1,
+                 proposer="random", device="cpu", shapes=[[3, 17]])
     with TrialStore.in_state_dir(tmp_path / "state") as st:
-        (run,) = [r for r in st.runs() if r["id"] == res["run_id"]]
-    assert run["meta"]["objective"] == "energy", run["meta"]
+        (run,) = st.runs()  # the refused search left no run
+    assert run["id"] == res["run_id"] and run["meta"]["objective"] == "throughput", run["meta"]
+    assert json.loads(open(res["table"]).read())["meta"]["objective"] == "throughput"
 
 
 @pytest.mark.usefixtures("cli_env")
@@ -63,3 +70,8 @@ def test_search_kernel_prints_one_line_per_trial_then_the_buckets(capsys):
     (bucket,) = [ln for ln in lines if ln.startswith("swiglu 3x17: ")]
     assert lines.index(bucket) > lines.index(trials[-1])
     assert "2 measured" in bucket and lines[-1].startswith("run ")
+    # the summary: the objective's kernel cost, the bucket's first measured config -> kept
+    (summ,) = [ln for ln in lines if ln.startswith("  time a call: ")]
+    assert re.fullmatch(r"  time a call: [\d.e+-]+ -> [\d.e+-]+ us \(first measured -> kept; "
+                        r"objective throughput\)", summ), summ
+    assert lines.index(summ) == lines.index(bucket) + 1

@@ -33,7 +33,7 @@ def test_export_from_search_has_only_the_changes_and_applies(tmp_path):
     assert prov["policy"].endswith("safety/policies/default.yaml")
     assert prov["measurements"]["start"]["tok_per_s"] > 0
     assert prov["measurements"]["kept"]["tok_per_j"] > prov["measurements"]["start"]["tok_per_j"]
-    assert "simulated" in prov["measured_on"]
+    assert "simulated" in prov["measured_on"] and prov["values_from"] == "simulated"
     r = mt("apply", str(out), "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     plan = {it["knob"] for it in json.loads(r.stdout)["plan"]}

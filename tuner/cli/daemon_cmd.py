@@ -29,6 +29,10 @@ def register(app: typer.Typer) -> None:
 
         if root is not None and not check:
             raise BadInput("--root: goes with --check (the daemon runs from the system's own config)")
+        if root is not None:
+            from tuner.daemon.install import root_dir
+
+            root_dir(root)
         path = root / CONFIG if root is not None and config is None else dconfig.config_path(config)
         cfg = dconfig.load(path)
         if root is not None:

@@ -146,6 +146,13 @@ def _print_buckets(family: str, res: dict) -> None:
                     if best.get("speedup_vs_library") else " (no library kernel offered)")
                  if best else "no accepted config")
               + f"  [{b['evaluations']} measured, {b['asks']} asked]")
+        s = b.get("summary")
+        if s and s.get("start") is not None:
+            line = f"  {s['metric']}: {s['start']:.4g} -> {s['kept']:.4g} {s['unit']}" \
+                if s.get("kept") is not None else f"  {s['metric']}: {s['start']:.4g} {s['unit']}, nothing kept"
+            if s["unit"] != "us" and s["time_us"]["start"] is not None:
+                line += f"; time a call {s['time_us']['start']:.4g} -> {s['time_us']['kept'] or 0:.4g} us"
+            print(line + f" (first measured -> kept; objective {s['objective']})")
     print(f"run {res['run_id']}: dispatch table with {res['entries']} entries -> {res['table']}")
 
 

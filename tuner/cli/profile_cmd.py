@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,7 +22,7 @@ def _v(x: Any) -> str:
     return "" if x is None else json.dumps(x) if not isinstance(x, str) else x
 
 
-STATUS_STYLE = {"ok": "green", "applied": "green", "drifted": "red", "unsupported": "dim", "pending-reboot": "yellow",
+STATUS_STYLE = {"ok": "green", "applied": "green", "drifted": "red", "missing": "red", "unsupported": "dim", "pending-reboot": "yellow",
                 "error": "magenta"}
 
 
@@ -32,7 +33,8 @@ def register(app: typer.Typer) -> None:
     @profile_app.command("list")
     def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                  as_csv: bool = csv_option()) -> None:
-        """Shipped and local profiles, and whether each matches this host."""
+        """Shipped and local profiles, whether each matches this host, and where its values
+        come from (values: measured on real hardware, simulated only, guidance, unstated)."""
         from tuner.cli.tables import print_table
 
         res = invoke(settings(ctx), "profile_list")
@@ -41,13 +43,15 @@ def register(app: typer.Typer) -> None:
         rows = []
         for p in res["profiles"]:
             if "error" in p:
-                rows.append([p["name"], "[red]error[/]", "", "", p["error"]])
+                rows.append([p["name"], "[red]error[/]", "", "", "", p["error"]])
                 continue
             m = p.get("matches_host")
             mt = "abstract" if p.get("abstract") else ("yes" if m else "no" if m is not None else "?")
-            rows.append([p["name"], mt, ", ".join(Path(i).stem for i in p["include"]),
-                         str(p["knobs"]), p["description"]])
-        print_table(("name", "matches", "includes", "knobs", "description"), rows,
+            vf = p.get("values_from", "unstated")
+            rows.append([p["name"], mt, f"[yellow]{vf}[/]" if vf == "simulated" else vf,
+                         ", ".join(Path(i).stem for i in p["include"]), str(p["knobs"]),
+                         p["description"]])
+        print_table(("name", "matches", "values", "includes", "knobs", "description"), rows,
                     title="host profiles", as_csv=as_csv)
 
     @profile_app.command("show")
@@ -179,8 +183,8 @@ def register(app: typer.Typer) -> None:
                                                  help="Profile name (see `profile list`) or a YAML file."),
                    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
                    as_csv: bool = csv_option()) -> None:
-        """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot.
-        Exit 1 when something drifted."""
+        """Compare this host with a profile: each knob ok / drifted / unsupported / pending-reboot
+        / missing (a GPU this host does not have). Exit 1 when something drifted or is missing."""
 
         res = invoke(settings(ctx), "verify", profile=profile)
         if as_json:
@@ -192,8 +196,15 @@ def register(app: typer.Typer) -> None:
             if not as_csv:
                 bad = [it.get("knob") or it["key"] for it in res["knobs"]
                        if it["status"] in ("drifted", "error")]
-                print(f"profile {res['profile']} is in force" if not bad else
-                      f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` puts them back")
+                gone = [f"{it['key']}: {it['reason']}" for it in res["knobs"]
+                        if it["status"] == "missing"]
+                if gone:
+                    print(f"not in force: {', '.join(gone)}; the profile names hardware this "
+                          "host does not have")
+                if bad or not gone:
+                    print(f"profile {res['profile']} is in force" if not bad else
+                          f"not in force: {', '.join(bad)}; `metaltune apply {res['profile']}` "
+                          "puts them back")
         if not res["ok"]:
             raise typer.Exit(1)
 
@@ -228,6 +239,8 @@ def register(app: typer.Typer) -> None:
         else:
             with ProbationView(s, APPLY_LABEL):
                 res = invoke(s, "apply", **args)
+        for w in res.get("warnings") or []:
+            print(f"metaltune: warning: {w}", file=sys.stderr)
         if as_json:
             return _print_json(res)
         _print_items(res, f"apply {res['profile']}" + (" (dry run)" if dry_run else ""),

@@ -21,8 +21,10 @@ def _show_host(res: dict, o: object) -> None:
 # (it holds the writer lock and starts the search in a child process); otherwise in this process
 search_host_cmd = search_app.command("host")(model_command(
     HostSearchOptions, "search_host", _show_host,
-    """Search host settings: propose (inside the policy), gate, apply in a safety transaction,
-    A/B against the incumbent, keep or roll back."""))
+    """Search host settings: propose (inside the policy's bounds), gate, apply in a safety
+    transaction, A/B against the incumbent, keep or roll back. The policy's hourly change limits
+    (the default: 30 power/clock changes an hour) can end a search before its --budget: the
+    plan is said up front, and the search stops there (or waits, --wait-for-policy)."""))
 
 
 def _print_host_result(res: dict) -> None:
@@ -37,12 +39,35 @@ def _print_host_result(res: dict) -> None:
     print_table(["knob", "start", "best"], rows, title="settings (* = changed; in force now)")
     if isinstance(res.get("baseline"), (int, float)):
         print(f"baseline (start settings): {res['baseline']:.4g}")
-    if res.get("objective", "throughput") != "throughput":
-        tpj = res.get("baseline_tok_per_j")
-        print(f"objective {res['objective']}" + (f"; baseline {tpj:.4g} tok/J" if tpj else "")
-              + (f"; budget {res['power_budget_w']:g} W" if res.get("power_budget_w") else ""))
+    print_objective(res)
+    if res.get("policy_plan"):
+        print(res["policy_plan"])
+    if res.get("stopped"):
+        print(f"stopped: {res['stopped']['message']}")
     print(f"`metaltune trials --run {res['run_id']}` lists each trial; `metaltune profile export "
           f"--from-search {res['run_id']} -o FILE` saves what it changed as a profile")
+
+
+def _num(v: object) -> str:
+    if not isinstance(v, (int, float)):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}" if abs(v) < 10 else f"{v:,.1f}"
+
+
+def print_objective(res: dict) -> None:
+    """The objective's metric and tokens/s, start -> kept (the result's `summary`)."""
+    s = res.get("summary")
+    if not isinstance(s, dict):
+        return
+    flags = {"throughput_floor": "--throughput-floor {:g}", "power_budget_w": "--power-budget {:g} W"}
+    params = ", ".join(f.format(res[k]) for k, f in flags.items() if isinstance(res.get(k), (int, float)))
+    print(f"objective {s['objective']}" + (f" ({params})" if params else ""))
+    for n, (before, after) in sorted((res.get("budget_clamped") or {}).items()):
+        print(f"  brought within the budget before the search: {n} {before} -> {after}")
+    tp = s["throughput"]
+    if s["metric"] != "throughput":
+        print(f"  {s['metric']}: {_num(s['start'])} -> {_num(s['kept'])} {s['unit']} (start -> kept)")
+    print(f"  throughput: {_num(tp['start'])} -> {_num(tp['kept'])} {tp['unit']} (start -> kept)")
 
 
 def _val(v: object) -> str:
@@ -62,6 +87,7 @@ def _show_mixed(res: dict, o: object) -> None:
     con.print(t)
     con.print({"kept": res["kept"]})
     con.print(f"dispatch table ({res['table_entries']} entries) -> {res['table']}")
+    print_objective(res)
 
 
 search_mixed_cmd = search_app.command("mixed")(model_command(

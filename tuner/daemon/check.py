@@ -72,7 +72,7 @@ def unit_serves(cfg: DaemonConfig, unit: Path, root: Path = Path("/")) -> None:
     unit cannot run this config: an ExecStart or PYTHONPATH its sandbox hides, or metrics that its
     network fence keeps every scraper from."""
     from safety.inputs import read_text
-    from tuner.daemon.install import hidden_under, not_executable
+    from tuner.daemon.install import hidden_under, not_executable, untrusted_exec
 
     text = read_text(unit, str(unit), error=BadInput)
     keys: dict[str, list[str]] = {}
@@ -97,6 +97,11 @@ def unit_serves(cfg: DaemonConfig, unit: Path, root: Path = Path("/")) -> None:
         if why:
             raise bad(f"ExecStart {p}: {why} (the service would fail with status 203/EXEC)",
                       "run `metaltune install --exec PATH` with the metaltune executable")
+        why = untrusted_exec(Path(p), root)
+        if why:
+            raise bad(f"ExecStart {p}: {why}", "make it root's and not writable by others (chown "
+                      "root: and chmod go-w, its folders too), or run `metaltune install --exec "
+                      "PATH` with a metaltune executable root owns")
     for what, p in needed:
         h = hidden_under(Path(p))
         if h and not any(b == Path(p) or b in Path(p).parents for b in bound):

@@ -61,6 +61,10 @@ class MetricsConfig(_Strict):
     enabled: bool = False
     address: str = "127.0.0.1"
     port: int = Field(9477, ge=1, le=65535)
+    #: a connection that sends no request in this long is closed (and a request's reads/writes)
+    idle_timeout_s: float = Field(10.0, gt=0, le=300)
+    #: connections open at once; one more is closed at accept (each costs a descriptor only)
+    max_connections: int = Field(32, ge=1, le=1024)
 
     @field_validator("address")
     @classmethod

@@ -82,6 +82,8 @@ timeout_s = 14400
 enabled = false                         # needs `metaltune install` again (the unit then gets loopback
 address = "127.0.0.1"                   # network); an address beyond loopback also --allow-ip SCRAPER.
 port = 9477                             # `metaltune daemon --check` says whether the unit can serve it
+idle_timeout_s = 10.0                   # a connection silent this long is closed
+max_connections = 32                    # open at once; more are closed at accept (2 worker threads)
 """
 
 
@@ -107,6 +109,31 @@ def not_executable(exe: Path, root: Path = Path("/")) -> str:
         return "not a regular file"
     if not os.access(p, os.X_OK):
         return "not executable (no x permission)"
+    return ""
+
+
+def untrusted_exec(exe: Path, root: Path = Path("/")) -> str:
+    """Why root may not run `exe` ("" when it may; looked up under `root` first): the project's
+    rule for code root loads (safety.securefs.check_file: every directory from / and the file itself root's or ours, not
+    writable by group or others), for the file and for the interpreter its `#!` names (a script
+    is only as safe as what runs it)."""
+    from safety.securefs import UnsafePath, check_file
+
+    inside = Path(root) / exe.relative_to("/")
+    p = inside if os.path.lexists(inside) else exe
+    try:
+        check_file(p)
+    except UnsafePath as e:
+        return f"{e} (another user could change what root runs)"
+    interp = _shebang(p)
+    if interp is None:
+        return ""
+    inside = Path(root) / interp.relative_to("/")
+    ip = inside if os.path.lexists(inside) else interp
+    try:
+        check_file(ip)
+    except UnsafePath as e:
+        return f"its interpreter {interp}: {e} (another user could change what root runs)"
     return ""
 
 
@@ -328,11 +355,25 @@ def _default_policy_source() -> Path:
     return Path(locs[0]) / "policies" / "default.yaml" if locs else Path("/nonexistent")
 
 
+def root_dir(root: Path) -> Path:
+    """`--root` as a folder to install into: itself or its nearest existing parent a directory
+    (a file there crashed the install half-way with NotADirectoryError)."""
+    root = Path(root)
+    for p in (root, *root.parents):
+        if os.path.lexists(p):
+            if not p.is_dir():
+                what = "is" if p == root else f"lies under {p}, which is"
+                raise BadInput(f"--root: {root} {what} not a directory; expected a folder to "
+                               "install into (it is made when missing)")
+            break
+    return root
+
+
 def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allow_ip: list[str] | None = None,
             force: bool = False, backend: str = "real", sim_root: Optional[Path] = None) -> dict[str, Any]:
     """Write the unit (always: it belongs to metaltune), the config and policy (only when absent
     unless `force`: they belong to the operator), and the state directory."""
-    root = Path(root)
+    root = root_dir(root)
     if backend not in ("real", "sim"):
         raise BadInput(f"--backend: expected 'real' or 'sim', got {backend!r}")
     if backend == "sim" and sim_root is None:
@@ -345,7 +386,7 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
         except ValueError:
             raise BadInput(f"--allow-ip: expected an IP address or network, got {a!r}") from None
     if exec_start:  # --exec: the unit would fail with 203/EXEC at every start
-        why = not_executable(Path(exec_start[0]), root)
+        why = not_executable(Path(exec_start[0]), root) or untrusted_exec(Path(exec_start[0]), root)
         if why:
             raise BadInput(f"--exec: {exec_start[0]}: {why}; expected the metaltune executable "
                            "(e.g. /opt/metaltune/bin/metaltune)")
@@ -402,7 +443,7 @@ def install(root: Path = Path("/"), *, exec_start: list[str] | None = None, allo
 
 def uninstall(root: Path = Path("/"), *, purge: bool = False) -> dict[str, Any]:
     """Remove the unit; with `purge` also the config, policy and state (journal, trials)."""
-    root = Path(root)
+    root = root_dir(root)
     removed = []
     paths = [root / UNIT_DIR / UNIT_NAME]
     if purge:

@@ -30,6 +30,7 @@ class SearchChild:
         env = dict(os.environ)
         env[NO_DAEMON_ENV] = "1"  # the child never calls back into the daemon
         env = pychild.env(env)  # it runs as root: no directory of another user's on its path
+        self.tmp = env.get("TMPDIR")  # where its model processes make their temp dirs
         cmd = pychild.argv("tuner.daemon.child", op, json.dumps(args, default=str))
         with open(self.out_path, "w") as out:
             # own session: stopping it reaches the candidate processes it starts, too
@@ -57,6 +58,21 @@ class SearchChild:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             return self.proc.wait()
+        finally:
+            self.sweep()
+
+    def sweep(self) -> None:
+        """The temp dirs of its model processes and their sandboxes, now that it is gone: a
+        child the SIGTERM reached mid-start, or the SIGKILL, leaves them (issue 42 item 15), and
+        nothing else would remove them before the next search."""
+        try:
+            from tuner.workloads.model_process_launch import sweep
+
+            sweep(self.tmp)
+        except Exception as e:  # noqa: BLE001 - a stop never fails on its clean-up
+            import logging
+
+            logging.getLogger(__name__).warning("search temp dirs not swept: %s", e)
 
     def result(self) -> Optional[dict[str, Any]]:
         """The operation's answer: the last JSON line the child printed."""

@@ -219,8 +219,10 @@ class Daemon:
         self.server.start()
         if self.metrics is not None:
             m = self.cfg.metrics
-            self.metrics.serve(m.address, m.port)
-            logs.log("metrics.listening", address=m.address, port=m.port)
+            self.metrics.serve(m.address, m.port, idle_s=m.idle_timeout_s,
+                               max_conns=m.max_connections)
+            logs.log("metrics.listening", address=m.address, port=m.port,
+                     idle_timeout_s=m.idle_timeout_s, max_connections=m.max_connections)
             _warn_if_no_network()
 
     # -- the loop ---------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tuner.errors import BadInput, MetaltuneError, OperationFailed
-from tuner.ops.profile import _dirs, _host_knobs, _hw_brief, _jsonable, _load, _summary, plan
+from tuner.ops.profile import (_dirs, _host_knobs, _hw_brief, _jsonable, _load, _summary, plan,
+                               refuse_missing)
 from tuner.ops.registry import operation
 
 
@@ -34,6 +35,7 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
     try:
         p = check(settings, prof, knobs, hw, policy, force, dry_run)
         res = report(p, dry_run)
+        res["warnings"] = provenance_warnings(prof)
         refuse(res, dry_run)
         changes = with_table(p, res)
         if dry_run or not changes:
@@ -41,6 +43,16 @@ def apply(settings: Any, profile: str, dry_run: bool = False, probation_s: Optio
         return write(settings, p, changes, res, probation_s, host, no_wait)
     finally:
         host.close()
+
+
+def provenance_warnings(prof: Any) -> list[str]:
+    """What a user should know of where the values come from before they land (issue 42 item
+    13: `h200-efficient` applied with no sign it was only simulated)."""
+    if prof.provenance.values_from == "simulated":
+        return [f"profile {prof.name}: its values were found on a simulated host only "
+                "(provenance values_from: simulated), never measured on real hardware; "
+                "`metaltune search host` measures your own"]
+    return []
 
 
 @dataclass
@@ -75,6 +87,7 @@ def check(settings: Any, prof: Any, knobs: dict[str, Any], hw: Any, policy: Opti
     from tuner.ops import profile_kernels
 
     items = plan(prof, knobs)
+    refuse_missing(items)
     why = profiles.match_host(prof, hw)
     if why and not force and not dry_run:
         raise OperationFailed(f"profile {prof.name} does not match this host: "

@@ -95,6 +95,9 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
     if os.environ.get(NO_DAEMON_ENV):
         return _in_thread(body)
     r, w = os.pipe()
+    # a Ctrl-C from here on is held until the parent reads the answer (and passes it on) or the
+    # child is in a session of its own (and the terminal's Ctrl-C no longer reaches it)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pid = os.fork()
     if pid == 0:  # the child: the rest of the apply, detached from the terminal
         code = 0
@@ -102,6 +105,7 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
         try:
             os.close(r)
             os.setsid()
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             dn = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(dn, fd)
@@ -110,6 +114,10 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
                 report.send({"ok": info})
 
             body(started)
+        except KeyboardInterrupt:  # before the transaction began (it translates its own)
+            code = 1
+            report.send({"error": "apply: interrupted (Ctrl-C) before anything was written",
+                         "kind": "KeyboardInterrupt", "exit_code": INTERRUPTED})
         except BaseException as e:  # noqa: BLE001 - reported to the parent, then exit
             code = 1
             # after "started" the parent is gone and the journal has the outcome: say nothing
@@ -118,11 +126,59 @@ def detach(body: Callable[[Started], Any]) -> dict[str, Any]:
         finally:
             os._exit(code)
     os.close(w)
-    data = b""
-    while not data.endswith(b"\n") and (chunk := os.read(r, 65536)):  # one line, or EOF
+    data, ctrl_c = b"", False
+    while not data.endswith(b"\n"):  # one line, or EOF
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held Ctrl-C is raised here
+            chunk = os.read(r, 65536)
+        except KeyboardInterrupt:
+            # the background is in a session of its own: the terminal's Ctrl-C reaches only
+            # this process, which used to exit 130 while the background went on writing the
+            # knobs and kept them (issue 42 item 8). Pass it on, once (a second one must not
+            # interrupt the rollback): the background rolls back what it wrote (or stops
+            # before writing) and answers how it ended.
+            if not ctrl_c:
+                _pass_ctrl_c(pid)
+            ctrl_c = True
+            continue
+        if not chunk:
+            break
         data += chunk
     os.close(r)
+    if ctrl_c and b'"ok"' in data[:8]:
+        # the Ctrl-C came as the "in probation" answer did: the background rolls it back
+        return _reaped(pid, data)
     return _answer(data, pid)
+
+
+INTERRUPTED = 130  # tuner.ops.apply_errors.Interrupted's exit code
+
+
+def _pass_ctrl_c(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGINT)
+    except ProcessLookupError:
+        pass
+
+
+def _reaped(pid: int, data: bytes, timeout: float = 60.0) -> dict[str, Any]:
+    """Wait for the background to end after a Ctrl-C that came once it was in probation (it
+    rolls back, then exits), and say so."""
+    from tuner.ops.apply_errors import Interrupted
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                break
+        except ChildProcessError:
+            break
+        except KeyboardInterrupt:
+            continue
+        time.sleep(0.05)
+    txn = json.loads(data).get("ok", {}).get("transaction")
+    raise Interrupted(f"apply: interrupted (Ctrl-C) as transaction {txn} went into probation: "
+                      "rolled back; `metaltune status` shows it")
 
 
 class _Report:
@@ -158,6 +214,10 @@ def _answer(data: bytes, pid: int) -> dict[str, Any]:
         msg = {}
     if "ok" in msg:
         return {**msg["ok"], "background_pid": pid}
+    if msg.get("exit_code") == INTERRUPTED:
+        from tuner.ops.apply_errors import Interrupted
+
+        raise Interrupted(msg.get("error") or "apply: interrupted (Ctrl-C)")
     err = BadInput if msg.get("exit_code") == 2 else OperationFailed
     raise err(msg.get("error") or f"apply: the background process {pid} ended before probation")
 

@@ -3,12 +3,13 @@
 verify and "apply" (tuner.ops.apply) both make.
 
 verify: per knob `ok` / `drifted` / `unsupported` / `pending-reboot` (a staged BIOS or driver
-change waits for a reboot or driver reload) / `error`, like `tuned-adm verify` but machine-readable.
+change waits for a reboot or driver reload) / `missing` (a GPU the host does not have) / `error`, like `tuned-adm verify` but machine-readable.
 apply: everything is checked first (profile shape, knob names, values against the device's own
 domains, the policy); only then does a safety Transaction write, with probation and rollback.
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -17,6 +18,8 @@ from tuner.errors import BadInput, MetaltuneError, OutOfDomain
 from tuner.ops.registry import operation
 
 PENDING = "pending-reboot"
+#: a setting for a device (gpu3) the host does not have
+MISSING = "missing"
 
 
 def _dirs(settings: Any) -> list[Path]:
@@ -98,11 +101,27 @@ def plan(profile: Any, knobs: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             it["status"] = "drifted"
         items.append(it)
+    gpus = sorted({n.split(".", 1)[0] for n in knobs if re.match(r"gpu\d+\.", n)},
+                  key=lambda g: int(g[3:]))
     for ks in unmatched:
-        items.append({"knob": None, "key": ks.key, "file": ks.file, "line": ks.line,
-                      "wanted": _jsonable(ks.value), "status": "unsupported",
-                      "reason": "no such knob on this host"})
+        it = {"knob": None, "key": ks.key, "file": ks.file, "line": ks.line,
+              "wanted": _jsonable(ks.value), "status": "unsupported",
+              "reason": "no such knob on this host"}
+        m = re.match(r"(gpu\d+)\.", ks.key)
+        if m and m.group(1) not in gpus:  # a board this host lacks: never "in force"
+            it.update(status=MISSING, reason=f"this host has no {m.group(1)} (it has "
+                      f"{', '.join(gpus) or 'no GPU'})")
+        items.append(it)
     return items
+
+
+def refuse_missing(items: list[dict[str, Any]]) -> None:
+    """A setting for a GPU this host does not have is bad input for `apply` (exit 2): the
+    profile was written for another host, and "nothing to change" would call it in force."""
+    for it in items:
+        if it["status"] == MISSING:
+            where = f"{it['file']}:{it['line']}" if it.get("line") else it["file"]
+            raise BadInput(f"{where}: field knobs.{it['key']}: {it['reason']}; nothing applied")
 
 
 def _summary(items: list[dict[str, Any]]) -> dict[str, int]:
@@ -130,7 +149,8 @@ def verify(settings: Any, profile: str) -> dict[str, Any]:
         host.close()
     summ = _summary(items)
     return {"profile": prof.name, "path": prof.path, "host": _hw_brief(hw),
-            "match": profiles.match_host(prof, hw), "ok": not summ.get("drifted") and not summ.get("error"),
+            "match": profiles.match_host(prof, hw),
+            "ok": not summ.get("drifted") and not summ.get("error") and not summ.get(MISSING),
             "summary": summ, "knobs": items}
 
 
@@ -244,6 +264,8 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
                "match": {"gpu_name": sorted({g.name for g in hw.gpus})} if hw.gpus else {},
                "knobs": vals,
                "provenance": {"source": "exported from host",
+                              "values_from": "simulated" if settings.backend == "sim"
+                              else "measured",
                               "measured_on": ", ".join(sorted({g.name for g in hw.gpus})) or None,
                               "driver": hw.driver_version,
                               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}

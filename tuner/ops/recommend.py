@@ -17,16 +17,17 @@ from tuner.ops.registry import operation
 def evidence(prov: dict[str, Any], runs: set[str]) -> dict[str, str]:
     """{"kind": here | measured | simulated | not-measured, "text": one line for a person}."""
     source, where = str(prov.get("source") or ""), str(prov.get("measured_on") or "")
+    values_from = prov.get("values_from")  # measured | simulated | guidance, where stated
     date = str(prov.get("date") or "")
     run = prov.get("run_id")
     if run and run in runs:
         return {"kind": "here", "text": f"measured on this host ({where or 'here'}: search run "
                                         f"{run}, {date})"}
-    if "sim" in source.lower() or "simulated" in where.lower():
+    if values_from == "simulated" or "sim" in source.lower() or "simulated" in where.lower():
         return {"kind": "simulated",
                 "text": f"only simulated ({where or 'a simulated host'}, {date}); not measured on "
                         "real hardware: search this host before a fleet"}
-    if "measured" in source.lower() or run:
+    if values_from == "measured" or (values_from is None and ("measured" in source.lower() or run)):
         return {"kind": "measured", "text": f"measured on {where or 'another host'} ({date})"}
     return {"kind": "not-measured",
             "text": f"not measured end to end: {source or 'no provenance'}"

@@ -136,6 +136,7 @@ def pool(measurements: list[Measurement]) -> Optional[Measurement]:
         per_size={k: statistics.median(v) for k, v in sizes.items()},
         per_size_tok_per_j=_median_of(m.per_size_tok_per_j for m in measurements),
         per_size_watts=_median_of(m.per_size_watts for m in measurements),
+        per_size_goodput=_median_of(m.per_size_goodput for m in measurements),
         energy_source=first.energy_source,
     )
 

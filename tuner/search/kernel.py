@@ -17,6 +17,7 @@ from tuner.errors import BadInput
 from tuner.proposers import make
 from tuner.proposers.base import Dim, Point, SearchSpace
 from tuner.search import keep
+from tuner.search.objective import THROUGHPUT
 from tuner.trial import Candidate, GateResult, KernelChoice, Trial
 
 Evaluate = Callable[[str, dict], dict]  # (variant, config) -> {"time_s"|None, "code", ...}
@@ -169,7 +170,7 @@ def replay_evaluator(grid: list[dict]) -> Evaluate:
         if g is None or "time_s" not in g:
             return {"time_s": None, "code": "incorrect" if g else "measure_failed",
                     "detail": (g or {}).get("error", "not in the replayed grid")}
-        return {"time_s": g["time_s"], "code": "accepted"}
+        return {"code": "accepted", **{k: g[k] for k in ("time_s", "energy_j", "mean_w") if k in g}}
 
     return evaluate
 
@@ -198,11 +199,13 @@ class KernelEvaluator:
     repeated point is recorded as a rejected trial and costs no measurement; a repeat still
     carries its config's score, so samplers see the several points of one config alike."""
 
-    def __init__(self, space: SearchSpace, evaluate: Evaluate):
+    def __init__(self, space: SearchSpace, evaluate: Evaluate, objective: Any = None):
         self.space, self.evaluate_config = space, evaluate
+        self.objective = objective or THROUGHPUT  # what decides: its kernel_cost, lower is better
         self.seen: dict[str, dict] = {}  # config key -> its evaluation
         self.timed: list[tuple[str, dict, float]] = []  # (variant, config, time_s) measured
         self.best: Optional[dict] = None
+        self.first: Optional[dict] = None  # the first config measured (the bucket's start)
         self.history: list[tuple[int, Optional[float]]] = []  # (configs measured, time_s) per ask
 
     def gates(self) -> list[Any]:
@@ -229,18 +232,21 @@ class KernelEvaluator:
         res = self._measure(cand)
         if res["code"] not in ("out_of_domain", "duplicate") and res.get("time_s"):
             self.timed.append((cand.kernel.variant, cand.kernel.config, res["time_s"]))
-        measured = res.get("time_s")
-        best = self.best
-        objective = 1.0 / measured if measured else None
+        measured, obj, best = res.get("time_s"), self.objective, self.best
+        cost = obj.kernel_cost(res) if measured is not None else None
+        objective = 1.0 / cost if cost else None
+        refused = obj.kernel_refusal(res) if measured is not None else None
         if measured is None:
             verdict, reason = "rejected", res["code"] if res["code"] != "accepted" else "measure_failed"
         elif res.get("code") == "duplicate":
             verdict, reason = "rejected", "duplicate"
-        elif objective is None:  # a zero time: nothing to compare
+        elif refused:  # e.g. over the power budget, or no energy read
+            verdict, reason = "reverted", refused
+        elif objective is None:  # a zero cost: nothing to compare
             verdict, reason = "reverted", "worse"
-        else:  # vs_incumbent: [p25, p75] of incumbent/candidate time per A/B round
-            verdict, reason = keep.decide_time(measured, best["time_s"] if best else None,
-                                               res.get("vs_incumbent"))
+        else:  # vs_incumbent: [p25, p75] of incumbent/candidate time per A/B round (time only)
+            verdict, reason = keep.decide_time(cost, best["cost"] if best else None,
+                                               obj.kernel_band(res))
         gates = [GateResult(gate="domain", passed=res["code"] != "out_of_domain",
                             code=None if res["code"] != "out_of_domain" else "out_of_domain")]
         if res["code"] not in ("out_of_domain", "duplicate"):
@@ -250,15 +256,18 @@ class KernelEvaluator:
                                     detail=(res.get("rule", "") + ": " + res.get("detail", ""))[:500]
                                     if not passed else ", ".join(res.get("checks", []))[:500]))
         trial.gates = gates
-        trial.measurements = {k: res.get(k) for k in ("time_s", "speedup_vs_torch", "timings")
-                              if res.get(k) is not None}
+        trial.measurements = {k: res.get(k) for k in ("time_s", "speedup_vs_torch", "timings",
+                                                      "energy_j", "mean_w") if res.get(k) is not None}
         trial.verdict, trial.reason, trial.objective = verdict, reason, objective  # type: ignore[assignment]
-        trial.incumbent = 1.0 / best["time_s"] if best else None
-        trial.gain = (best["time_s"] / measured - 1) if best and measured else None
+        trial.incumbent = 1.0 / best["cost"] if best else None
+        trial.gain = (best["cost"] / cost - 1) if best and cost else None
         trial.duration_s = time.time() - t0
+        if self.first is None and measured is not None and res.get("code") == "accepted":
+            self.first = res
         if verdict == "kept":
             self.best = {"variant": cand.kernel.variant, "config": cand.kernel.config,
-                         "time_s": measured, "speedup_vs_torch": res.get("speedup_vs_torch"),
+                         "time_s": measured, "cost": cost, "energy_j": res.get("energy_j"),
+                         "mean_w": res.get("mean_w"), "speedup_vs_torch": res.get("speedup_vs_torch"),
                          "speedup_vs_library": res.get("speedup_vs_library"),
                          "library": res.get("library"), "evaluations": len(self.seen)}
         self.history.append((len(self.seen), measured))
@@ -271,7 +280,8 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
                   start: Optional[tuple[str, dict]] = None,
                   variants: Optional[list[str]] = None,
                   prior: Optional[list[tuple[str, dict, float]]] = None,
-                  configs: Optional[list[tuple[str, dict]]] = None) -> dict:
+                  configs: Optional[list[tuple[str, dict]]] = None,
+                  objective: Any = None) -> dict:
     """The search loop (tuner.search.loop) until `budget` distinct configs were measured
     (invalid or duplicate asks are recorded but cost no measurement; at most 20 asks per
     measurement). `start` (the previous bucket's winner) is measured first, for every proposer
@@ -299,21 +309,24 @@ def search_bucket(family: str, shape: tuple, evaluate: Evaluate, proposer: str, 
     if start and (sp := point_of(*start)) is not None:
         first = space.to_candidate(sp)
         first.proposer = "start"
-    ev = KernelEvaluator(space, evaluate)
+    ev = KernelEvaluator(space, evaluate, objective)
     res = loop.run(StartFirst(prop, first), ev, store, run_id, budget * 20, on_trial=on_trial,
                    done=lambda: len(ev.seen) >= budget)
     return {"shape": list(shape), "best": ev.best, "evaluations": len(ev.seen),
-            "asks": len(res.trials), "history": ev.history, "measured": ev.timed}
+            "asks": len(res.trials), "history": ev.history, "measured": ev.timed,
+            "summary": ev.objective.kernel_summary(ev.first, ev.best)}
 
 
 def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: str = "optuna",
                       seed: int = 0, device: Optional[str] = None, shapes: Optional[list] = None,
                       isolate: bool = True, table_out: Optional[Path] = None,
                       on_trial: Optional[Callable[[Trial], None]] = None,
-                      timeout_s: float = 300.0, objective: Optional[dict] = None) -> dict:
+                      timeout_s: float = 300.0, objective: Any = None) -> dict:
     """`metaltune search kernel`: a search per shape bucket, trials stored, dispatch table
     built from the buckets where the kernel beats the torch op (harness A/B). Each bucket
-    starts from the previous bucket's winner, with its measurements as the proposer's prior."""
+    starts from the previous bucket's winner, with its measurements as the proposer's prior.
+    `objective` (default throughput) decides each bucket by its kernel cost; recorded with the
+    run and its table; one the device cannot measure is refused up front."""
     from kernelsearch.families import NAMES, get
 
     if family not in NAMES:
@@ -326,6 +339,8 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if (why := (obj := objective or THROUGHPUT).kernel_ok(device)) is not None:
+        raise BadInput(why)
     shapes = [tuple(s) for s in (shapes or (fam.search_shapes if device == "cuda"
                                             else fam.tiny_shapes[-1:]))]
     from tuner.search.store import TrialStore
@@ -335,14 +350,13 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
         run_id = store.new_run("kernel", {"family": family, "proposer": proposer,
                                           "budget": budget, "seed": seed, "device": device,
                                           "shapes": [list(s) for s in shapes],
-                                          # recorded: the judge's per-bucket rule is its timing
-                                          "objective": (objective or {}).get("objective", "throughput"),
-                                          **(objective or {})})
+                                          **obj.describe()})
         start, prior = None, None  # the previous bucket's winner and measurements
         for shape in shapes:
             ev = harness_evaluator(family, shape, device, isolate=isolate, timeout_s=timeout_s)
             r = search_bucket(family, shape, ev, proposer, budget, seed=seed, store=store,
-                              run_id=run_id, on_trial=on_trial, start=start, prior=prior)
+                              run_id=run_id, on_trial=on_trial, start=start, prior=prior,
+                              objective=obj)
             r.pop("history")
             prior = r.pop("measured") or prior
             if r["best"]:
@@ -366,19 +380,21 @@ def run_kernel_search(state_dir: Path, family: str, budget: int = 20, proposer: 
             row.update({k: b[k] for k in ("energy_j", "mean_w", "library_energy_j",
                                           "library_mean_w") if b.get(k)})
             rows.append(row)
-    entries, range_checks = certified_entries(family, rows, device, isolate=isolate)
+    entries, range_checks = certified_entries(family, rows, device, isolate=isolate,
+                                              objective=obj.name)
     table = DispatchTable(entries, device=device,
                           meta={"run_id": run_id, "proposer": proposer, "budget": budget,
-                                "range_checks": range_checks})
+                                "range_checks": range_checks, **obj.describe()})
     out = Path(table_out) if table_out else Path(state_dir) / "kernels" / f"{family}-{run_id}.json"
     table.save(out)
     return {"run_id": run_id, "family": family, "device": device, "proposer": proposer,
-            "buckets": results, "table": str(out), "entries": len(table.entries)}
+            "buckets": results, "table": str(out), "entries": len(table.entries),
+            **obj.describe()}
 
 
 def certified_entries(family: str, rows: list[dict], device: str, isolate: bool = True,
                       timeout_s: float = 300.0, source_of: Any = None, margin: float = 0.02,
-                      table_device: str = "") -> tuple[list, list[dict]]:
+                      table_device: str = "", objective: str = "throughput") -> tuple[list, list[dict]]:
     """The dispatch entries the rows imply, each certified at its largest point: a range runs
     to the midpoint between buckets, so the judge checks the kernel there (correctness in the
     table's dtype) before the table may cover it. A kernel that fails there loses its bucket
@@ -396,7 +412,8 @@ def certified_entries(family: str, rows: list[dict], device: str, isolate: bool 
         own = [(r["variant"], r["config"], r["dtype"], s) for r in rows for s in r["checked"]]
         todo = uncertified(plan(family, rows), evidence_of(checked + own))
         if not todo:
-            return build(family, rows, margin=margin, device=table_device, checked=checked), made
+            return build(family, rows, margin=margin, device=table_device, checked=checked,
+                         objective=objective), made
         for e, pt in todo:
             src = source_of(e.variant) if source_of is not None and e.variant not in fam.variants \
                 else fam.variants[e.variant].file

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tuner.errors import BadInput
+from tuner.search import objective as _objectives  # plain pydantic, no torch
 from tuner.validation import first_error
 
 NONE = "none"  # --knob none / --family none: leave that kind out
@@ -71,9 +72,7 @@ def flag_of(field: Any) -> Optional[str]:
     return extra.get("flag") if isinstance(extra, dict) else None
 
 
-_OBJECTIVE_HELP = ("What to keep: throughput (most tokens/s) | energy (most tokens/J, throughput "
-                   "at every size at least --throughput-floor of the run's start) | power-capped "
-                   "(most tokens/s with mean watts <= --power-budget).")
+_OBJECTIVE_HELP = "What to keep: " + _objectives.help_text() + "."
 _WORKLOAD_HELP = ("sim | llama | deepseek | deepseek-v3.2 | hf:<config>[:layers=N] | "
                   "cmd:<command line>")
 _METRIC_HELP = "For cmd: regex with one group, higher is better."
@@ -117,13 +116,13 @@ class SearchOptions(CliOptions):
     seed: int = Field(0, description="Seed for the proposer.", json_schema_extra=cli("--seed"))
     timeout_s: float = Field(600.0, ge=0.1, le=86400, description="Per measurement.",
                              json_schema_extra=cli("--timeout", "SECONDS"))
-    #: what the keep rule keeps (tuner.search.objective): throughput | energy | power-capped
-    objective: Literal["throughput", "energy", "power-capped"] = Field(
+    #: what the keep rule keeps: a name in tuner.search.objective.OBJECTIVES
+    objective: str = Field(
         "throughput", description=_OBJECTIVE_HELP, json_schema_extra=cli("--objective"))
     throughput_floor: Optional[float] = Field(
         None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
-        description="--objective energy: the least throughput kept at every size, as a "
-                    "fraction of the run's start (the first incumbent; default 0.95).")
+        description="--objective energy or power-capped: the least throughput kept, as a "
+                    "fraction of the start's at every size (default 0.95).")
     power_budget_w: Optional[float] = Field(
         None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
         description="--objective power-capped: the most mean board watts (and power limit) per "
@@ -136,12 +135,7 @@ class SearchOptions(CliOptions):
 
     @model_validator(mode="after")
     def _objective_args(self) -> "SearchOptions":
-        if self.throughput_floor is not None and self.objective != "energy":
-            raise ValueError("--throughput-floor: only with --objective energy")
-        if self.power_budget_w is not None and self.objective != "power-capped":
-            raise ValueError("--power-budget: only with --objective power-capped")
-        if self.objective == "power-capped" and self.power_budget_w is None:
-            raise ValueError("--power-budget: required with --objective power-capped")
+        _objectives.of(self)  # one line naming the flag: unknown, missing, or not this one's
         return self
 
 
@@ -152,9 +146,10 @@ class HostSearchOptions(SearchOptions):
                           json_schema_extra=cli("--proposer"))
     policy: Optional[str] = Field(
         None, json_schema_extra=cli("--policy", "FILE"),
-        description="Policy YAML; proposals stay inside it (default: the shipped "
-                    "safety/policies/default.yaml, not /etc/metaltune/policy.yaml, which apply "
-                    "reads: pass that here; the daemon passes its configured one).")
+        description="Policy YAML (default: the shipped safety/policies/default.yaml; not "
+                    "/etc/metaltune/policy.yaml, which apply reads: pass it here): proposals stay inside "
+                    "its bounds; its hourly change limits can stop the search before --budget "
+                    "(said up front; see --wait-for-policy).")
     knobs: Optional[list[str]] = Field(None, description="Knob name or glob; repeatable.",
                                        json_schema_extra=cli("--knob"))
     #: the A/B pairs per trial (HostEvaluator's repeats): `--rounds` as on search mixed
@@ -164,6 +159,10 @@ class HostSearchOptions(SearchOptions):
                                     json_schema_extra=cli("--workload"))
     metric_regex: Optional[str] = Field(None, description=_METRIC_HELP,
                                         json_schema_extra=cli("--metric-regex"))
+    wait_for_policy: bool = Field(
+        False, json_schema_extra=cli("--wait-for-policy"),
+        description="When the policy's hourly change limit (max_changes_per_hour) is reached, "
+                    "wait for the window instead of stopping the search there.")
 
 
 class MixedSearchOptions(HostSearchOptions):
@@ -179,6 +178,8 @@ class MixedSearchOptions(HostSearchOptions):
     knobs: Optional[list[str]] = Field(
         None, json_schema_extra=cli("--knob"),
         description="Knob name or glob; repeatable; 'none': no host knobs.")
+    #: host searches only (search mixed has no --wait-for-policy)
+    wait_for_policy: bool = Field(False, description="Not on search mixed.")
     families: Optional[list[str]] = Field(
         None, json_schema_extra=cli("--family"),
         description="Kernel family; repeatable (default: every family the workload calls); "
@@ -239,20 +240,19 @@ class KernelSearchOptions(SearchOptions):
                                      json_schema_extra=cli("--table", "FILE"))
     timeout_s: float = Field(300.0, ge=0.1, le=86400, json_schema_extra=cli("--timeout", "SECONDS"),
                              description="Seconds before a candidate process is killed.")
-    objective: Literal["throughput", "energy", "power-capped"] = Field(
+    objective: str = Field(
         "throughput", json_schema_extra=cli("--objective"),
-        description="throughput | energy | power-capped: recorded with the run and in its "
-                    "table's meta (dispatch then lets an entry give way to a library kernel that "
-                    "uses less energy); the kernel search itself keeps the fastest config per "
-                    "bucket, by the judge's timing.")
+        description="throughput (least time a call) | energy (least joules a call, on a GPU) | "
+                    "power-capped (least time a call at mean watts <= --power-budget, on a GPU); "
+                    "decides each bucket and is recorded with the run and its table.")
     throughput_floor: Optional[float] = Field(
         None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
-        description="--objective energy: recorded with the run; the kernel search keeps by "
-                    "time, so no floor applies here (it does in search host and mixed).")
+        description="--objective energy: recorded with the run; a kernel search keeps the "
+                    "least joules a call per bucket with no throughput floor (the floor applies "
+                    "in search host and mixed).")
     power_budget_w: Optional[float] = Field(
         None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
-        description="--objective power-capped: recorded with the run; the kernel search keeps "
-                    "by time.")
+        description="--objective power-capped: the most mean board watts.")
     isolate: bool = True  # not on the command line
     # --proposer llm only
     incumbent_table: Optional[str] = Field(

@@ -134,5 +134,6 @@ class SimHostLlamaWorkload:
         w_total = sum(g["power_w"] for g in host.extra["gpus"])
         out.per_size_tok_per_j = {k: round(v / w_total, 4) for k, v in out.per_size.items()}
         out.per_size_watts = {k: round(w_total / len(host.extra["gpus"]), 1) for k in out.per_size}
+        out.extra["per_board_watts"] = dict(host.extra.get("per_board_watts") or {})
         out.energy_source = "sim_model"
         return out

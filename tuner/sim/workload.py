@@ -104,6 +104,8 @@ class SimWorkload(Untuned):
             "gpus": [{"clock_mhz": o.clock_mhz, "mem_clock_mhz": o.mem_clock_mhz,
                       "power_w": round(o.power_w, 1), "temp_c": o.temp_c, "reasons": o.reasons,
                       "regime": o.regime} for o in outs],
+            # each board's own draw: a per-GPU power budget holds per board, not on the mean
+            "per_board_watts": {f"gpu{i}": round(o.power_w, 1) for i, o in enumerate(outs)},
         }
         value = statistics.median(samples)
         # sizeless: energy under the one key "all"; tokens/J of the whole host, watts per board

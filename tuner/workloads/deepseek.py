@@ -51,6 +51,10 @@ class DeepSeekConfig(Presets):  # .preset(name), .of(name | config | dict)
     topk: int = 2048
     index_heads: int = 64
     index_dim: int = 128
+    # query tokens a decode step (multi-token prediction verifies a draft: 2), and ragged
+    # batches (each request its own length, drawn per cache; sequence 0 at the full context)
+    s_q: int = 1
+    ragged: bool = False
 
     @property
     def latent(self) -> int:
@@ -64,6 +68,9 @@ class DeepSeekConfig(Presets):  # .preset(name), .of(name | config | dict)
         if self.rope_dim % 2 or self.page < 1 or self.topk < 1:
             raise ValueError(f"model: rope dim {self.rope_dim} must be even, page "
                              f"{self.page} and topk {self.topk} positive")
+        if self.s_q not in (1, 2) or self.n_heads < 1 or (self.sparse and self.s_q != 1):
+            raise ValueError(f"model: s_q {self.s_q} must be 1 or 2 (1 for V3.2) and heads "
+                             f"{self.n_heads} positive")
         return self
 
 
@@ -91,6 +98,12 @@ class PagedLatentCache:
     index_k: list
     block_table: Any
     length: int  # token capacity a sequence may use (<= max_blocks * page)
+    # ragged: each sequence's share of the step's position, in 1/RAGGED_DEN (sequence 0 whole);
+    # None: every sequence at the same position
+    share: Any = None
+
+
+RAGGED_DEN = 1024
 
 
 class DeepSeek:
@@ -184,7 +197,12 @@ class DeepSeek:
 
         kv = [block(c.latent) for _ in range(c.n_layers)]
         ik = [block(c.index_dim) for _ in range(c.n_layers)] if c.sparse else []
-        return PagedLatentCache(kv, ik, table.to(torch.int32).to(self.device), length)
+        share = None
+        if c.ragged:  # a length drawn per request, the longest one at the full context
+            share = torch.randint(1, RAGGED_DEN + 1, (batch,), generator=g)
+            share[0] = RAGGED_DEN
+            share = share.to(self.device)
+        return PagedLatentCache(kv, ik, table.to(torch.int32).to(self.device), length, share)
 
     @staticmethod
     def cache_len(cache: PagedLatentCache) -> int:
@@ -218,25 +236,39 @@ class DeepSeek:
             idx = torch.cat([idx, idx.new_full((B, c.topk - k), -1)], dim=1)
         return idx
 
-    def decode_step(self, ops: Ops, tokens: Any, pos: Any, cache: PagedLatentCache) -> Any:
-        """One token per sequence at position `pos` (an int, or a one-element device tensor as
-        serving engines pass it); writes its latent row and returns logits (B, vocab) fp32."""
+    def step_positions(self, pos: Any, batch: int, cache: PagedLatentCache) -> Any:
+        """[B, s_q] int64 positions of the step's query tokens: the last at `pos` (ragged: at
+        each sequence's share of it, at least s_q - 1), the draft tokens before it."""
         import torch
 
         c = self.cfg
-        B, H = tokens.shape[0], c.n_heads
+        last = (torch.full((batch,), pos, dtype=torch.int64, device=self.device)
+                if isinstance(pos, int) else pos.view(1).expand(batch).long())
+        if cache.share is not None:
+            last = torch.clamp((last + 1) * cache.share // RAGGED_DEN - 1, min=c.s_q - 1)
+        return last[:, None] - (c.s_q - 1) + torch.arange(c.s_q, device=self.device)[None, :]
+
+    def decode_step(self, ops: Ops, tokens: Any, pos: Any, cache: PagedLatentCache) -> Any:
+        """One step per sequence ending at position `pos` (an int, or a one-element device
+        tensor as serving engines pass it); writes its latent rows and returns the last
+        token's logits (B, vocab) fp32. s_q = 2 (multi-token prediction) verifies a draft: the
+        step's two tokens at pos - 1 and pos (the draft is the same token id: speed does not
+        depend on it), causal within the step. Ragged: each sequence at its own length."""
+        import torch
+
+        c = self.cfg
+        B, H, S = tokens.shape[0], c.n_heads, c.s_q
         if isinstance(pos, int):
-            cos, sin = self.rope(pos + 1)
-            cos, sin = cos[pos:pos + 1], sin[pos:pos + 1]
-            p = torch.full((B, 1), pos, dtype=torch.int64, device=self.device)
-        else:
-            assert self._rope is not None, "build the rotary table first: model.rope(max_len)"
-            cos, sin = self._rope[0].index_select(0, pos), self._rope[1].index_select(0, pos)
-            p = pos.view(1, 1).expand(B, 1)
+            self.rope(pos + 1)
+        assert self._rope is not None, "build the rotary table first: model.rope(max_len)"
+        p = self.step_positions(pos, B, cache)  # [B, S]
+        cos = self._rope[0].index_select(0, p.reshape(-1))  # [B*S, rope/2]
+        sin = self._rope[1].index_select(0, p.reshape(-1))
         rows = self._rows(cache, p)
-        lens = (p[:, 0] + 1).to(torch.int32)
+        lens = (p[:, -1] + 1).to(torch.int32)
         ops.elementwise()
-        x = self.embed[tokens]
+        x = self.embed[tokens.repeat_interleave(S)] if S > 1 else self.embed[tokens]
+        B = B * S  # the rows every projection runs on: both tokens of a step
         for i, L in enumerate(self.layers):
             h = ops.rmsnorm(x, L["attn_norm"], c.norm_eps)
             if ops.rt.fuse_projections:
@@ -247,7 +279,7 @@ class DeepSeek:
                 qa, kva = ops.matmul(h, L["wq_a"]), ops.matmul(h, L["wkv_a"])
             cq = ops.rmsnorm(qa, L["q_norm"], c.norm_eps)
             q = ops.matmul(cq, L["wq_b"]).view(B, H, c.nope_dim + c.rope_dim)
-            q_pe = self.apply_rope(q[..., c.nope_dim:], cos, sin)
+            q_pe = self.apply_rope(q[..., c.nope_dim:], cos[:, None], sin[:, None])
             lat = ops.rmsnorm(kva[:, :c.kv_lora], L["kv_norm"], c.norm_eps)
             k_pe = self.apply_rope(kva[:, c.kv_lora:], cos, sin)
             # absorbed query: [H, B, nope] @ [H, nope, 512] -> [B, H, 512], then the rope part
@@ -260,6 +292,9 @@ class DeepSeek:
                 idx = self._indexer(L, cache, i, cq, h, lens)
                 o = ops.mla_sparse_decode(q_full, cache.kv[i], cache.block_table, lens, idx,
                                           c.scale)
+            elif S > 1:
+                o = ops.mla_decode_mtp(q_full.view(B // S, S, H, c.latent), cache.kv[i],
+                                       cache.block_table, lens, c.scale).view(B, H, c.kv_lora)
             else:
                 o = ops.mla_decode(q_full, cache.kv[i], cache.block_table, lens, c.scale)
             o = torch.bmm(o.transpose(0, 1), L["w_uv_t"]).transpose(0, 1)  # [B, H, v]
@@ -267,6 +302,8 @@ class DeepSeek:
             h = ops.rmsnorm(x, L["ffn_norm"], c.norm_eps)
             x = x + self._mlp(ops, L, h)
             ops.elementwise(2)
+        if S > 1:
+            x = x.view(B // S, S, c.dim)[:, -1]
         x = ops.rmsnorm(x, self.final_norm, c.norm_eps)
         return ops.matmul(x, self.lm_head).float()
 
@@ -353,23 +390,39 @@ def v32(cfg: DeepSeekConfig) -> DeepSeekConfig:
 
 
 def from_spec(spec: Any) -> DeepSeekWorkload:
-    """`deepseek[-v3.2][:batch=B[,B..]][:ctx=C[,C..]]` (tuner.workloads.factory): the size
-    grid's decode batches and contexts (default: the workload's own grid); the real three
-    layers on a GPU, the tiny preset on the CPU (interpreter kernels)."""
+    """`deepseek[-v3.2][:batch=B[,B..]][:ctx=C[,C..]][:heads=H][:sq=1|2][:ragged=0|1]`
+    (tuner.workloads.factory): the size grid's decode batches and contexts (default: the
+    workload's own grid); the heads a GPU holds (tensor parallel 8/4/2: 16/32/64, default all
+    128), the query tokens a decode step (2: multi-token prediction; dense only) and ragged
+    batches (a length drawn per request). The real three layers on a GPU, the tiny preset on
+    the CPU (interpreter kernels)."""
     import torch
 
     from tuner.errors import BadInput
 
     grid: dict[str, list[int]] = {}
+    model: dict[str, Any] = {}
     for part in spec.args.split(":") if spec.args else []:
         key, eq, value = part.partition("=")
         nums = value.split(",")
-        if not (eq and key in ("batch", "ctx") and all(n.isdigit() and int(n) > 0 for n in nums)):
-            raise BadInput(f"--workload {spec.text}: expected batch=N[,N..] or ctx=N[,N..] "
-                           f"(positive integers), got {part!r}")
-        grid["decode_batches" if key == "batch" else "contexts"] = [int(n) for n in nums]
+        ok = eq and all(n.isdigit() for n in nums) and (
+            (key in ("batch", "ctx") and all(int(n) > 0 for n in nums))
+            or (key == "heads" and len(nums) == 1 and int(value) > 0)
+            or (key == "sq" and value in ("1", "2"))
+            or (key == "ragged" and value in ("0", "1")))
+        if not ok:
+            raise BadInput(f"--workload {spec.text}: expected batch=N[,N..], ctx=N[,N..], "
+                           f"heads=N, sq=1|2 or ragged=0|1 (positive integers), got {part!r}")
+        if key in ("batch", "ctx"):
+            grid["decode_batches" if key == "batch" else "contexts"] = [int(n) for n in nums]
+        else:
+            model[{"heads": "n_heads", "sq": "s_q", "ragged": "ragged"}[key]] = (
+                bool(int(value)) if key == "ragged" else int(value))
+    if spec.name == "deepseek-v3.2" and model.get("s_q", 1) != 1:
+        raise BadInput(f"--workload {spec.text}: sq=2 (multi-token prediction) is for the "
+                       f"dense model (deepseek), not {spec.name}")
     big = torch.cuda.is_available()
     preset = {("deepseek", True): "deepseek-v3-3l", ("deepseek", False): "tiny",
               ("deepseek-v3.2", True): "deepseek-v3.2-3l",
               ("deepseek-v3.2", False): "tiny-v3.2"}[(spec.name, big)]
-    return DeepSeekWorkload(DeepSeekConfig.preset(preset), **grid)
+    return DeepSeekWorkload(replace(DeepSeekConfig.preset(preset), **model), **grid)

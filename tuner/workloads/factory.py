@@ -116,9 +116,11 @@ def _lazy(target: str) -> Callable[[Spec], Any]:
 # -- this folder's workloads (each parses its own arguments) --------------------------------
 register("llama", _lazy("tuner.workloads.llama:from_spec"), model_process=True)
 register("deepseek", _lazy("tuner.workloads.deepseek:from_spec"),
-         "deepseek[:batch=N,..][:ctx=N,..]", takes_args=True, model_process=True)
+         "deepseek[:batch=N,..][:ctx=N,..][:heads=N][:sq=1|2][:ragged=0|1]", takes_args=True,
+         model_process=True)
 register("deepseek-v3.2", _lazy("tuner.workloads.deepseek:from_spec"),
-         "deepseek-v3.2[:batch=N,..][:ctx=N,..]", takes_args=True, model_process=True)
+         "deepseek-v3.2[:batch=N,..][:ctx=N,..][:heads=N][:ragged=0|1]", takes_args=True,
+         model_process=True)
 register("hf", _lazy("tuner.workloads.hf:from_spec"), "hf:<config>[:layers=N]", takes_args=True,
          model_process=True)
 register("llama-tp", _lazy("tuner.workloads.tensor_parallel:from_spec"),

@@ -101,6 +101,14 @@ class Ops:
         return get("mla_decode").torch_default(q, kv_cache, block_table, seq_lens, scale)
 
     @staticmethod
+    def plain_mla_decode_mtp(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
+                             scale: float) -> Any:
+        """q [B, s_q, H, 576], causal within the step (the family's torch path)."""
+        from kernelsearch.families import get
+
+        return get("mla_decode_mtp").torch_default(q, kv_cache, block_table, seq_lens, scale)
+
+    @staticmethod
     def plain_mla_sparse_decode(q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
                                 indices: Any, scale: float) -> Any:
         from kernelsearch.families import get
@@ -132,6 +140,11 @@ class Ops:
     def mla_decode(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
                    scale: float) -> Any:
         return self._call("mla_decode", self.plain_mla_decode, q, kv_cache, block_table,
+                          seq_lens, scale)
+
+    def mla_decode_mtp(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,
+                       scale: float) -> Any:
+        return self._call("mla_decode_mtp", self.plain_mla_decode_mtp, q, kv_cache, block_table,
                           seq_lens, scale)
 
     def mla_sparse_decode(self, q: Any, kv_cache: Any, block_table: Any, seq_lens: Any,

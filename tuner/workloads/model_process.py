@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from safety import pychild
 from tuner.workloads import model_process_launch as launch
-from tuner.workloads import model_trust
+from tuner.workloads import energy, model_trust
 from tuner.errors import BadInput, WorkloadBroken, WorkloadFailed, WorkloadHang
 
 MAX_REPLY = 64 << 20  # bytes of one reply
@@ -53,8 +53,9 @@ MAX_REPLY = 64 << 20  # bytes of one reply
 #: wall-clock budget on every CPU, then each request's (model_process_launch.cpu_budget)
 MODEL_TASKS = 512
 #: the operator's settings the model itself reads, passed on beside runner.child_env's allow-list
-#: (the library extensions a table's library entries run: kernelsearch.libraries)
-MODEL_ENV = ("METALTUNE_FLASHMLA_EXT",)
+#: (the library extensions a table's library entries run: kernelsearch.libraries; the energy
+#: window the model's measurements read: tuner.workloads.energy.WINDOW_ENV)
+MODEL_ENV = ("METALTUNE_FLASHMLA_EXT", "METALTUNE_ENERGY_WINDOW_S")
 
 
 class ModelProcessFailed(WorkloadFailed):
@@ -410,13 +411,15 @@ class ModelWorkload:
         mp, timing = self._ready(), self._info.get("timing")
         if timing:  # set up first: the parent's clock of `measure` then times runs only
             mp.call("prepare", wait)
-        t0 = time.monotonic()
-        d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
-        wall = time.monotonic() - t0
+        with energy.ParentWindow(self) as window:  # the parent's own reading, around the request
+            t0 = time.monotonic()
+            d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+            wall = time.monotonic() - t0
         try:
             m = Measurement.model_validate(d)
             if timing:
                 model_trust.check(m, wall, timing, self.device)
+            energy.replace_with_parents(m, window.reading)  # never the process's own watts
         except model_trust.Untrusted as e:
             raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
                                      f"measurement: {e}") from None
@@ -494,3 +497,4 @@ class ModelWorkload:
         for s in self._procs.values():
             s.mp.close()
         self._procs.clear()
+        energy.close_parent_meter(self)

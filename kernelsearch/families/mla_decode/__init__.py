@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import mla
+from kernelsearch.families.base import Variant
 
 H = 128  # DeepSeek-V3's heads (one GPU holds all of them; tensor parallel 8 gives 16)
 
@@ -16,14 +17,23 @@ H = 128  # DeepSeek-V3's heads (one GPU holds all of them; tensor parallel 8 giv
 # the table's grid: every (B, L) corner a dispatch range ends on, plus the issue's shapes
 SWEEP = ([(b, H, n, 64, 0) for b in (1, 4, 16, 32, 64, 128)
           for n in (4096, 16384, 32768, 131072, 163840)]
-         + [(8, H, 4096, 64, 0), (8, H, 131072, 64, 0), (128, H, 2048, 64, 0)])
+         + [(8, H, 4096, 64, 0), (8, H, 131072, 64, 0), (128, H, 2048, 64, 0)]
+         # tensor-parallel heads a GPU (16 / 32 / 64), memory-bound: full and ragged batches
+         + [(b, h, n, 64, 0) for h in mla.SMALL_HEADS for b in (8, 32, 128)
+            for n in mla.CONTEXTS]
+         + [(b, h, n, 64, 1) for h in mla.SMALL_HEADS for b, n in ((32, 32768), (64, 131072))])
 SEARCH = [(64, H, 4096, 64, 0), (32, H, 32768, 64, 0), (8, H, 131072, 64, 0),
-          (128, H, 2048, 64, 0), (1, H, 163840, 64, 0), (8, H, 4096, 64, 0)]
+          (128, H, 2048, 64, 0), (1, H, 163840, 64, 0), (8, H, 4096, 64, 0),
+          (64, 16, 4096, 64, 0), (32, 16, 32768, 64, 1), (8, 32, 131072, 64, 0),
+          (64, 32, 32768, 64, 1), (32, 64, 32768, 64, 0)]
 # never searched: ragged lengths, other page sizes, odd contexts just past a page and a split
 HELDOUT = [(7, H, 5000, 64, 1), (3, H, 40961, 16, 1), (2, H, 2049, 1, 1), (33, H, 8193, 64, 1),
-           (1, 16, 1000, 64, 1), (128, H, 1025, 64, 1)]
+           (1, 16, 1000, 64, 1), (128, H, 1025, 64, 1), (9, 32, 7000, 64, 1),
+           (5, 64, 3001, 16, 1), (17, 16, 20000, 64, 1)]
 # CPU interpreter: lengths just past a page (16, 64) and past a 16/32-token tile
-TINY = [(2, 16, 80, 16, 1), (3, 4, 130, 64, 1), (2, 8, 33, 1, 1), (1, 16, 17, 16, 0)]
+# and the tensor-parallel head counts (16 and 32 heads: one or two 16-row tiles)
+TINY = [(2, 16, 80, 16, 1), (3, 4, 130, 64, 1), (2, 8, 33, 1, 1), (1, 16, 17, 16, 0),
+        (3, 32, 70, 16, 1)]
 
 
 def make_inputs(shape, dtype, device, gen, dist="normal"):
@@ -87,6 +97,11 @@ FAMILY = mla.family(
     shape_dims=("B", "H", "L", "P", "R"), exact_dims=("H", "P"), cheap=(1, 16, 17, 16, 1),
     search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY, make_inputs=make_inputs,
     reference=reference, torch_default=torch_default, shape_of=shape_of)
+
+# the memory-bound split-KV schedule fit to the batch and its lengths (also mla_decode_mtp's)
+FAMILY.variants["fitted"] = Variant("fitted", Path(__file__).parent / "fitted.py",
+                                    mla.tile_dims(**mla.FITTED_DIMS),
+                                    mla.rows_tile_valid(lambda s: s[1]))
 
 # library variants (kernelsearch.families.library): offered where the library imports
 from kernelsearch.families import library as _library  # noqa: E402

@@ -9,18 +9,28 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelsearch.families import mla
+from kernelsearch.families.base import Variant
 from kernelsearch.families.mla_decode import page_mask
 
 H = 128
 S_Q = 2
 
 # (B, H, L, page, s_q, R): as mla_decode, with the query tokens a step
-SWEEP = [(b, H, n, 64, S_Q, 0) for b in (1, 8, 32, 64) for n in (4096, 32768, 131072)]
-SEARCH = [(64, H, 4096, 64, S_Q, 0), (32, H, 32768, 64, S_Q, 0), (8, H, 131072, 64, S_Q, 0)]
-HELDOUT = [(7, H, 5000, 64, S_Q, 1), (3, H, 2049, 16, S_Q, 1), (33, H, 8193, 64, S_Q, 1)]
+# the tensor-parallel heads (16 / 32 / 64 a GPU) at s_q 1 and 2, full and ragged batches
+SWEEP = ([(b, H, n, 64, S_Q, 0) for b in (1, 8, 32, 64) for n in mla.CONTEXTS]
+         + [(b, h, n, 64, sq, 0) for h in mla.SMALL_HEADS for sq in (1, 2) for b in (8, 32, 128)
+            for n in mla.CONTEXTS]
+         + [(b, h, n, 64, sq, 1) for h in mla.SMALL_HEADS for sq in (1, 2)
+            for b, n in ((32, 32768), (64, 131072))])
+SEARCH = [(64, H, 4096, 64, S_Q, 0), (32, H, 32768, 64, S_Q, 0), (8, H, 131072, 64, S_Q, 0),
+          (64, 16, 4096, 64, S_Q, 0), (32, 16, 32768, 64, S_Q, 1), (8, 32, 131072, 64, S_Q, 0),
+          (64, 32, 32768, 64, 1, 1), (32, 64, 32768, 64, S_Q, 0)]
+HELDOUT = [(7, H, 5000, 64, S_Q, 1), (3, H, 2049, 16, S_Q, 1), (33, H, 8193, 64, S_Q, 1),
+           (9, 16, 7000, 64, S_Q, 1), (5, 32, 3001, 16, 1, 1), (17, 64, 20000, 64, S_Q, 1)]
 # lengths just past a page (16, 64) and past a 16-token tile; ragged ones include length 1
+# (16 heads x 2 tokens: one 32-row tile), one query token, and 32 heads
 TINY = [(2, 16, 80, 16, S_Q, 1), (3, 4, 130, 64, S_Q, 1), (2, 8, 33, 1, S_Q, 1),
-        (1, 16, 17, 16, S_Q, 0)]
+        (1, 16, 17, 16, S_Q, 0), (3, 16, 70, 16, 1, 1), (3, 32, 40, 16, S_Q, 1)]
 
 
 def make_inputs(shape, dtype, device, gen, dist="normal"):
@@ -102,3 +112,9 @@ FAMILY = mla.family(
     cheap=(1, 16, 17, 16, S_Q, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
     make_inputs=make_inputs, reference=reference, torch_default=torch_default,
     shape_of=shape_of)
+
+# the fitted split-KV schedule: mla_decode's file, which takes this layout too (s_q * H rows,
+# both tokens of a 16-head step in one 32-row tile)
+FAMILY.variants["fitted"] = Variant(
+    "fitted", Path(__file__).parent.parent / "mla_decode" / "fitted.py",
+    mla.tile_dims(**mla.FITTED_DIMS), mla.rows_tile_valid(lambda s: s[1] * s[4]))

@@ -17,13 +17,21 @@ TOPK = 2048  # DeepSeek-V3.2's index_topk
 # (B, H, L, page, topk, R): L the context (capacity), R 0 = every sequence at L with
 # min(topk, L) tokens selected, 1 = ragged lengths and fewer valid indices than topk
 SWEEP = ([(b, H, n, 64, TOPK, 0) for b in (1, 4, 16, 32, 64, 128) for n in (4096, 32768, 163840)]
-         + [(8, H, 131072, 64, TOPK, 0)])
+         + [(8, H, 131072, 64, TOPK, 0)]
+         # the tensor-parallel heads a GPU (16 / 32 / 64): full and ragged batches
+         + [(b, h, n, 64, TOPK, 0) for h in mla.SMALL_HEADS for b in (8, 32, 128)
+            for n in mla.CONTEXTS]
+         + [(b, h, n, 64, TOPK, 1) for h in mla.SMALL_HEADS for b, n in ((32, 32768),
+                                                                          (64, 131072))])
 SEARCH = [(64, H, 4096, 64, TOPK, 0), (32, H, 32768, 64, TOPK, 0), (8, H, 131072, 64, TOPK, 0),
-          (128, H, 8192, 64, TOPK, 0), (1, H, 163840, 64, TOPK, 0)]
+          (128, H, 8192, 64, TOPK, 0), (1, H, 163840, 64, TOPK, 0),
+          (64, 16, 4096, 64, TOPK, 0), (32, 16, 32768, 64, TOPK, 1), (8, 32, 131072, 64, TOPK, 0),
+          (32, 64, 32768, 64, TOPK, 0)]
 HELDOUT = [(7, H, 5000, 64, TOPK, 1), (3, H, 1500, 16, TOPK, 1), (2, H, 40961, 1, TOPK, 1),
-           (33, H, 8193, 64, TOPK, 1), (5, 16, 3000, 64, 512, 1)]
+           (33, H, 8193, 64, TOPK, 1), (5, 16, 3000, 64, 512, 1), (9, 32, 7000, 64, TOPK, 1),
+           (6, 64, 5000, 64, TOPK, 1)]
 TINY = [(2, 16, 80, 16, 48, 1), (3, 4, 130, 64, 32, 1), (2, 8, 40, 1, 48, 1),
-        (1, 16, 100, 16, 33, 0)]
+        (1, 16, 100, 16, 33, 0), (3, 32, 70, 16, 40, 1)]
 
 
 def make_indices(B, L, page, topk, lens, ragged, gen):
@@ -151,6 +159,17 @@ FAMILY.variants["flashmla_sparse"] = _library.variant(
     "flashmla_sparse", Path(__file__).parent, "flash_mla",
     fits=lambda s: s[1] in FLASHMLA_SPARSE_HEADS and s[4] % FLASHMLA_SPARSE_TOPK == 0,
     dtypes=("bfloat16",), fit=_flashmla_sparse_fit)
+
+
+def _flashmla_padded_fit(s):
+    return (s[0], s[1] if s[1] < 64 else 16) + _flashmla_sparse_fit(s)[2:]
+
+
+# fewer heads than its 64-head tile (TP8: 16, TP4: 32): zero heads padded in, as vLLM does
+FAMILY.variants["flashmla_sparse_padded"] = _library.variant(
+    "flashmla_sparse_padded", Path(__file__).parent, "flash_mla",
+    fits=lambda s: s[1] < 64 and s[4] % FLASHMLA_SPARSE_TOPK == 0,
+    dtypes=("bfloat16",), fit=_flashmla_padded_fit)
 
 # Gluon variants (kernelsearch.families.gluon): compiled for sm_90 only, offered where that holds
 from kernelsearch.families import gluon as _gluon  # noqa: E402

@@ -48,7 +48,7 @@ class HostEvaluator:
             G.not_in(lambda: self.seen, "duplicate", "duplicate"),
             no_change or self._no_change_gate,
             G.policy(self.safety.policy_check_for(self.knobs), lambda: dict(self.incumbent)),
-            O.budget_gate(self.objective, lambda: dict(self.incumbent)),
+            self.objective.budget_gate(lambda: dict(self.incumbent)),
         ]
 
     def _no_change_gate(self, c: Candidate) -> GateResult:
@@ -128,7 +128,7 @@ class HostEvaluator:
 
     def _decided(self, a: list[Measurement], b: list[Measurement]) -> bool:
         """Beyond the noise either way, or not ahead: more pairs would not change the verdict."""
-        d = O.decide(self.objective, a, b, pooled_noise=self.pooled_noise, z=self.z)
+        d = self.objective.decide(a, b, pooled_noise=self.pooled_noise, z=self.z)
         return d.reason != "within_noise" or d.stats["mean_log_ratio"] <= 0
 
     def _decide(self, trial: Trial, txn: Any, changes: dict[str, Any],
@@ -136,25 +136,22 @@ class HostEvaluator:
         inc_m, cand_m = keep.pool(a), keep.pool(b)
         assert inc_m is not None and cand_m is not None
         self.noise_samples.extend(inc_m.samples)
-        d = O.decide(self.objective, a, b, pooled_noise=self.pooled_noise, z=self.z,
-                     anchor=self.floor_anchor)
+        d = self.objective.decide(a, b, pooled_noise=self.pooled_noise, z=self.z,
+                                  anchor=self.floor_anchor)
         trial.measurements = {"incumbent": inc_m.model_dump(), "candidate": cand_m.model_dump(),
                               "decision": {"threshold": d.threshold, **d.stats}}
-        if self.objective.name == "throughput":
-            trial.objective, trial.incumbent = cand_m.value, inc_m.value
-        else:
-            trial.objective = O.score(self.objective, b, d.reason, d.stats)
-            trial.incumbent = O.score(self.objective, a, "baseline", {})
+        trial.objective = self.objective.score(b, d.reason, d.stats)
+        trial.incumbent = self.objective.score(a, "baseline", {})
         trial.gain = d.gain
-        what = "" if self.objective.name == "throughput" else f"{self.objective.name}: "
+        obj = self.objective
         trial.gates.append(GateResult(gate="holistic", passed=d.verdict == "kept", code=d.reason,
-                                      detail=f"{what}gain {d.gain:+.2%}, needed > {d.threshold:.2%}"
-                                      + (f" ({O.explain(self.objective, d.reason, d.stats)})"
-                                         if d.reason in O.OWN_REASONS else "")))
+                                      detail=f"{obj.name}: gain {d.gain:+.2%}, needed > {d.threshold:.2%}"
+                                      + (f" ({obj.explain(d.reason, d.stats)})"
+                                         if obj.own_reason(d.reason) else "")))
         if d.verdict == "kept":
             txn.confirm()  # polls the monitors once more: an incident now still rolls back
             self.incumbent.update(changes)
-            O.compound(self.floor_anchor, d.stats)
+            self.objective.compound(self.floor_anchor, d.stats)
         else:
             txn.rollback(d.reason)
         trial.verdict, trial.reason = d.verdict, d.reason  # type: ignore[assignment]
@@ -168,7 +165,7 @@ class HostEvaluator:
         trial.gates.append(GateResult(gate="probation", passed=False, code=trial.reason,
                                       detail=str(incident.get("detail", ""))))
         if b:
-            trial.objective = (statistics.median(s for m in b for s in m.samples or [m.value])
-                               if self.objective.name == "throughput" or not O.has_energy(b)
-                               else O.score(self.objective, b, trial.reason, {}))
+            trial.objective = (self.objective.score(b, trial.reason, {})
+                               if self.objective.measured(b) and self.objective.needs
+                               else statistics.median(s for m in b for s in m.samples or [m.value]))
         return trial

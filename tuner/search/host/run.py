@@ -2,15 +2,17 @@
 user's policy, knob selection and workload."""
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from tuner.errors import BadInput
 from tuner.search.options import HostSearchOptions
 from tuner.trial import Trial
 
+log = logging.getLogger(__name__)
 DEFAULT_KNOBS = ["gpu*.power_limit_w", "gpu*.locked_clocks_mhz", "gpu*.locked_mem_clocks_mhz"]
 
 
@@ -22,6 +24,9 @@ class SearchRun:
     baseline: Any  # Measurement of the starting settings
     start: dict[str, Any]
     seconds: float
+    clamped: dict[str, list[Any]] = field(default_factory=dict)  # {knob: [before, after]}
+    plan: Optional[str] = None  # the budget against the policy's hourly limits, when it did not fit
+    stopped: Optional[dict[str, Any]] = None  # the limit stopped the search (rate_budget.stopped)
 
 
 def search_knobs(
@@ -32,6 +37,8 @@ def search_knobs(
     on_trial: Optional[Callable[[Trial], None]] = None,
     within_policy: bool = False,
     objective: Any = None,
+    others: Optional[dict[str, Any]] = None,
+    wait_for_policy: bool = False,
 ) -> SearchRun:
     """The host search both `search host` and the demo run: the knobs' own domains as the
     space, the current values as the incumbent, trials through `guard` (a SafetyContext) into
@@ -39,7 +46,10 @@ def search_knobs(
     guard's policy allows (`search host`: no trial spent on a refusal); the demo keeps the
     whole domain, to show the policy gate refusing. `objective` (tuner.search.objective;
     default throughput): what the keep rule keeps; under power-capped the space holds no power
-    limit over the budget."""
+    limit over the budget, and no board's limit (`others`: every knob on the host) stays over it.
+    Under `within_policy` the budget is planned against the policy's
+    hourly change limits (tuner.search.rate_budget): said up front when it does not fit, and the
+    search stops when they are reached (`wait_for_policy`: waits for the window instead)."""
     from tuner.proposers import SearchSpace, make
     from tuner.search import loop
     from tuner.search import objective as O
@@ -48,7 +58,34 @@ def search_knobs(
 
     obj = objective or O.THROUGHPUT
     start = {n: k.read() for n, k in knobs.items()}
-    clamp_to_budget(knobs, guard, obj, start)  # power-capped: the run starts within the budget
+    # a budget the policy cannot reach is refused before the probe measures anything
+    clamp_to_budget(knobs, guard, obj, dict(start), others, dry=True)
+    require_metric(obj, workload, timeout_s)  # before anything is written or a trial spent
+    clamped = clamp_to_budget(knobs, guard, obj, start, others)  # the run starts within budget
+    rate, plan, stopped = None, None, {}
+    if within_policy:
+        from tuner.search import rate_budget
+
+        rate = rate_budget.for_knobs(guard.policy, guard.journal, knobs)
+        if rate.exhausted() and not wait_for_policy:  # a second search within the hour
+            from tuner.errors import OperationFailed
+
+            raise OperationFailed(rate.stopped(0, budget)["message"])
+        plan = rate.plan(budget, wait_for_policy)
+        if plan:
+            log.warning(plan)  # up front, before the baseline is measured
+
+    def done() -> bool:
+        if rate is None or not rate.exhausted():
+            return False
+        if wait_for_policy:
+            rate.wait()
+            return False
+        stopped.update(rate.stopped(len(res_trials), budget))
+        log.warning(stopped["message"])
+        return True
+
+    res_trials: list[Trial] = []
     incumbent = dict(start)
     allowed = allowed_now = None
     if within_policy:
@@ -63,7 +100,7 @@ def search_knobs(
     space = SearchSpace.for_knobs(knobs, start=start, allowed=allowed,
                                   current=lambda: incumbent, allowed_now=allowed_now)
     for d in space.dims:  # power-capped: never propose a limit over the budget
-        d.values = [v for v in d.values if O.within_budget(obj, d.name, knobs[d.name].limits().from_search(v))]
+        d.values = [v for v in d.values if obj.within_budget(d.name, knobs[d.name].limits().from_search(v))]
     space.dims = [d for d in space.dims if d.values]
     if not space.dims:
         raise BadInput("the policy allows no change of " + ", ".join(sorted(knobs))
@@ -77,40 +114,80 @@ def search_knobs(
         run_id = store.new_run(kind, {**(meta or {}), "proposer": proposer, "knobs": sorted(knobs),
                                       "baseline": base.model_dump(), "start": start,
                                       "policy": str(guard.policy.source), **obj.describe()})
-        res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
-    return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2))
+        def seen(t: Trial) -> None:
+            res_trials.append(t)
+            if on_trial:
+                on_trial(t)
+
+        res = loop.run(prop, ev, store, run_id, budget, on_trial=seen, done=done)
+    return SearchRun(run_id, res.trials, ev, base, start, round(time.time() - t0, 2), clamped,
+                     plan=plan, stopped=stopped or None)
 
 
-def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str, Any]) -> None:
-    """power-capped: a power limit over the budget is brought down to the highest value of its
-    grid within it before anything is measured, in a safety transaction confirmed like a kept
-    change (so the A/B's incumbent side never runs past the budget either); `start` is updated
-    in place. A policy that refuses it is bad input (exit 2): nothing within the budget could be
-    tried."""
+def require_metric(obj: Any, workload: Any, timeout_s: float) -> None:
+    """An objective that reads more than tokens/s (energy, power, goodput): one measurement of
+    the workload first, and BadInput (exit 2) when it does not report that metric, so the
+    search refuses up front instead of reverting every trial for it."""
+    if not obj.needs:
+        return
+    probe = workload.measure(repeats=1, timeout_s=timeout_s)
+    try:
+        obj.require(probe, getattr(workload, "name", None) or type(workload).__name__)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def clamp_to_budget(knobs: dict[str, Any], guard: Any, obj: Any, start: dict[str, Any],
+                    others: Optional[dict[str, Any]] = None, dry: bool = False,
+                    ) -> dict[str, list[Any]]:
+    """power-capped: every board's power limit over the budget is brought down to the highest
+    value of its grid within it before anything is measured, in a safety transaction confirmed
+    like a kept change (so the A/B's incumbent side never runs past the budget either). That is
+    the searched knobs (`start` is updated in place) and every other knob on the host the budget
+    constrains (`others`, e.g. gpu1's limit when only gpu0 is searched, or every limit when only
+    locked clocks are): a board left over the budget would break it whatever the search keeps.
+    Returns {knob: [before, after]} for what it changed, for the result to say. A policy that
+    refuses it, or a budget under a board's lowest limit, is bad input (exit 2)."""
     from tuner.errors import OperationFailed
-    from tuner.search.objective import within_budget
 
+    def constrained(n: str) -> bool:  # a knob whose every value could break the budget
+        return not obj.within_budget(n, float("inf"))
+
+    extra = {n: k for n, k in (others or {}).items() if n not in knobs and constrained(n)}
+    values = {**{n: k.read() for n, k in extra.items()}, **start}
+    targets = {**extra, **knobs}
     changes = {}
-    for n, v in start.items():
-        if not within_budget(obj, n, v):
-            grid = [g for g in knobs[n].limits().search_values() if within_budget(obj, n, g)]
+    for n, v in values.items():
+        if not obj.within_budget(n, v):
+            grid = [g for g in targets[n].limits().search_values() if obj.within_budget(n, g)]
             if not grid:
-                raise BadInput(f"--power-budget {obj.power_budget_w:g}: below {n}'s lowest limit")
+                lowest = min(targets[n].limits().search_values(), default=None)
+                raise BadInput(f"--power-budget {obj.power_budget_w:g}: below {n}'s lowest "
+                               f"limit ({lowest} W); give a budget of at least that")
             changes[n] = max(grid)
     if not changes:
-        return
-    refused = guard.policy_check_for(knobs)
+        return {}
+    refused = guard.policy_check_for(targets)
     for n, v in changes.items():
-        why = refused(n, start[n], v)
+        why = refused(n, values[n], v)
         if why:
+            ok = [g for g in targets[n].limits().search_values() if not refused(n, values[n], g)]
+            floor = (f"the lowest {n} the policy allows from here is {min(ok):g} W: pass "
+                     f"--power-budget {min(ok):g} or more, or " if ok else "")
             raise BadInput(f"--power-budget {obj.power_budget_w:g}: the policy refuses {n}={v} "
-                           f"({why}; {guard.policy.source})")
+                           f"({why}); {floor}allow lower limits in a policy of your own "
+                           f"(--policy FILE, a copy of {guard.policy.source} with a lower "
+                           "min_fraction_of_default)")
+    if dry:
+        return changes
     try:
-        txn = guard.begin(knobs, changes, label="power budget", candidate_key=None)
+        txn = guard.begin({n: targets[n] for n in changes}, changes, label="power budget",
+                          candidate_key=None)
         txn.confirm()
     except OperationFailed as e:
         raise OperationFailed(f"--power-budget: could not bring the power limit within it: {e}") from None
-    start.update(changes)
+    start.update({n: v for n, v in changes.items() if n in knobs})
+    return {n: [values[n], v] for n, v in changes.items()}
 
 
 def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
@@ -128,9 +205,9 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
     o = opts if opts is not None else HostSearchOptions.parse("search_host", kw)
     budget, proposer, knobs, seed, repeats = o.budget, o.proposer, o.knobs, o.seed, o.repeats
     timeout_s = o.timeout_s
-    from tuner.search.objective import Objective
+    from tuner.search import objective as O
 
-    obj = Objective.of(o)
+    obj = O.of(o)
     host = settings.host()
     all_knobs = registry.discover(host)
     chosen = registry.select(all_knobs, knobs or DEFAULT_KNOBS)
@@ -144,7 +221,7 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         run = search_knobs(
             chosen, wl, guard, proposer, budget, seed=seed, repeats=repeats, timeout_s=timeout_s,
             baseline_repeats=max(4, repeats * 2), on_trial=on_trial, within_policy=True,
-            objective=obj,
+            objective=obj, others=all_knobs, wait_for_policy=o.wait_for_policy,
             proposer_kw=host_context(host, guard.policy) if proposer == "llm" else None)
     finally:
         guard.close()
@@ -156,6 +233,9 @@ def run_host_search(settings: Any, opts: Optional[HostSearchOptions] = None, *,
         "baseline": run.baseline.value, "start": run.start,
         "best_settings": dict(run.evaluator.incumbent), "seconds": run.seconds,
         **obj.describe(), "baseline_tok_per_j": _tpj(run.baseline),
+        "summary": obj.summary([run.baseline], kept_side(run.trials) or [run.baseline]),
+        "budget_clamped": run.clamped,
+        "budget": budget, "policy_plan": run.plan, "stopped": run.stopped,
     }
 
 
@@ -163,3 +243,19 @@ def _tpj(m: Any) -> Any:
     from tuner.search.objective import tok_per_j
 
     return tok_per_j(m)
+
+
+def kept_side(trials: list[Trial]) -> list[Any]:
+    """The measurements of the last kept candidate as its trial recorded them (the host
+    evaluator's pooled `candidate`, the holistic gate's repeats); [] when nothing was kept."""
+    from tuner.trial import Measurement
+
+    for t in reversed(trials):
+        if t.verdict != "kept":
+            continue
+        got = t.measurements.get("candidate") or (t.measurements.get("holistic") or {}).get("candidate")
+        if isinstance(got, dict):
+            got = [got]
+        if isinstance(got, list) and got:
+            return [Measurement.model_validate(m) for m in got]
+    return []

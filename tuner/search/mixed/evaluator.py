@@ -37,7 +37,6 @@ from kernelsearch.table import behind_library
 from tuner.errors import MetaltuneError, WorkloadFailed, WorkloadHang
 from tuner.search import gates as G
 from tuner.search import keep
-from tuner.search import objective as O
 from tuner.search.ab import AB
 from tuner.search.host.evaluator import HostEvaluator
 from tuner.search.mixed.space import TORCH, JointSpace, label
@@ -305,15 +304,15 @@ class MixedEvaluator:
             # any pair; the monitors are polled after every candidate sample
             ab.run(self._measure_side(knobs, before, side_a, side_b), min(1, self.runtime.rounds),
                    max_pairs=self.runtime.rounds, poll=txn.check,
-                   decided=lambda a, b: O.decide_sizes(self.host.objective, a, b,
-                                                       self.runtime.tolerance, micro)[1]
+                   decided=lambda a, b: self.host.objective.decide_sizes(
+                       a, b, self.runtime.tolerance, micro)[1]
                    in ("holistic_lost", "size_regressed", "worse", "over_power_budget"))
-            O.gate(self.host.objective, ab.a, ab.b, tolerance=self.runtime.tolerance,
-                   micro_gain=micro, trial=trial, anchor=self.host.floor_anchor)
+            self.host.objective.gate(ab.a, ab.b, tolerance=self.runtime.tolerance,
+                                     micro_gain=micro, trial=trial, anchor=self.host.floor_anchor)
             if trial.verdict == "kept":
                 txn.confirm()  # polls the monitors once more: an incident now still rolls back
                 kept = True
-                O.compound(self.host.floor_anchor, trial.measurements["holistic"])
+                self.host.objective.compound(self.host.floor_anchor, trial.measurements["holistic"])
             else:
                 txn.rollback(trial.reason)
         except WorkloadHang as e:

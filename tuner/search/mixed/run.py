@@ -22,11 +22,12 @@ from tuner.proposers.llm.context import host_context
 from tuner.proposers.seeded import seeded
 from tuner.search import loop
 from tuner.search.host.evaluator import HostEvaluator
-from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget
+from tuner.search.host.run import DEFAULT_KNOBS, clamp_to_budget, kept_side, require_metric
 from tuner.search.mixed.evaluator import MixedEvaluator, first_step_gain
 from tuner.search.mixed.space import (TORCH, Incumbent, JointSpace, kernel_slots, kinds_of,
                                       stored_sources, suggested_point)
-from tuner.search.objective import THROUGHPUT, Objective, tok_per_j, within_budget
+from tuner.search import objective as O
+from tuner.search.objective import THROUGHPUT, tok_per_j
 from tuner.search.options import AUTO, NONE, MixedSearchOptions
 from tuner.search.runtime import RuntimeEvaluator
 from tuner.search.safety_context import SafetyContext
@@ -92,8 +93,8 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
     suggestions = _suggest_tables(suggest) if fams != [NONE] else []
     host = settings.host()
     chosen: dict[str, Any] = {}
+    found = registry.discover(host)  # every knob: a power budget holds for every board
     if knobs != [NONE]:
-        found = registry.discover(host)
         if knobs:
             chosen = registry.select(found, knobs)  # UnknownKnob (exit 2) for a name with no match
         else:  # the defaults this host has (none on a host without GPUs)
@@ -132,7 +133,7 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
     if not (chosen or runtime_dims or slots):
         raise BadInput("nothing to search: no host knob, runtime setting or kernel slot")
 
-    obj = Objective.of(o)
+    obj = O.of(o)
     guard = SafetyContext(host, settings.ensure_state_dir(), policy=o.policy,  # BadInput: policy
                           measure_timeout_s=o.timeout_s)
     try:
@@ -140,7 +141,8 @@ def run_mixed_search(settings: Any, opts: Optional[MixedSearchOptions] = None, *
                     budget=o.budget, proposer=o.proposer, seed=o.seed, repeats=o.repeats,
                     rounds=o.rounds, timeout_s=o.timeout_s, isolate=o.isolate, on_trial=on_trial,
                     meta={"knobs": sorted(chosen), "families": fams,
-                          "workload": workload or wl.name, **obj.describe()}, objective=obj)
+                          "workload": workload or wl.name, **obj.describe()}, objective=obj,
+                    others=found)
     finally:
         guard.close()
         wl.close()  # e.g. the rank processes of a multi-GPU workload
@@ -174,9 +176,14 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
          suggestions: list[Any], *, budget: int,
          proposer: str, seed: int, repeats: int, rounds: int, timeout_s: float,
          isolate: Optional[bool], on_trial: Optional[Callable[[Trial], None]],
-         meta: dict[str, Any], objective: Any = None) -> dict[str, Any]:
-    if objective is not None and chosen:  # power-capped: the run starts within the budget
-        clamp_to_budget(chosen, guard, objective, {n: k.read() for n, k in chosen.items()})
+         meta: dict[str, Any], objective: Any = None,
+         others: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    if objective is not None:  # a workload without the objective's metric: refused up front
+        require_metric(objective, wl, timeout_s)
+    clamped = {}
+    if objective is not None:  # power-capped: the run starts with every board within the budget
+        clamped = clamp_to_budget(chosen, guard, objective,
+                                  {n: k.read() for n, k in chosen.items()}, others)
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
                          repeats=repeats, timeout_s=timeout_s, isolate=isolate,
                          store_dir=sources_dir(guard.state_dir), objective=objective)
@@ -184,7 +191,7 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
         for d in ev.joint.host_dims:
             dom = ev.joint.doms[d.name]
             d.values[:] = [v for v in d.values if not isinstance(v, (int, float))
-                           or within_budget(objective, d.name, dom.from_search(v))]
+                           or objective.within_budget(d.name, dom.from_search(v))]
     joint, inc = ev.joint, ev.joint.incumbent
     start_host, start_rt = dict(inc.host), dict(inc.runtime)
     space, kw = joint.space, {}
@@ -210,11 +217,14 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
             "policy": str(guard.policy.source)})
         res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
     final = ev.incumbent_table()
-    final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed"}
+    final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed",
+                                           **ev.host.objective.describe()}
     out = Path(guard.state_dir) / "kernels" / f"mixed-{run_id}.json"
     final.save(out)
-    return summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
-                   round(time.time() - t0, 2))
+    return {**summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
+                      round(time.time() - t0, 2)),
+            **ev.host.objective.describe(), "budget_clamped": clamped,
+            "summary": ev.host.objective.summary([base], kept_side(res.trials) or [base])}
 
 
 def _suggested_points(joint: Any, suggestions: list[Any]) -> list[dict[str, Any]]:
