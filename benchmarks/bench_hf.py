@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
-# tokens/s from ../shared/facts/h200-anchors-2026-12-01.json (batch 8), for the eye
+# tokens/s from docs/readings/h200-anchors-2026-12-01.json (batch 8), for the eye
 ANCHORS = {4096: (1909.7, 3824.5), 32768: (351.7, 779.0), 131072: (80.0, 169.0)}
 SPLITS = (128, 256, 512, 1024, 2048)
 ATTN_CFG = {"BLOCK_N": 64, "STAGES": 3, "num_warps": 4}

@@ -1,5 +1,5 @@
 """Safety errors. `safety` imports nothing from `tuner`, so each error carries the CLI exit code
-(DESIGN.md: 1 failed or rejected, 2 bad input) for the caller to map."""
+(docs/ARCHITECTURE.md: 1 failed or rejected, 2 bad input) for the caller to map."""
 from __future__ import annotations
 
 from typing import Any

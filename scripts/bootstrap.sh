@@ -27,8 +27,10 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   done
   if [ ${#missing[@]} -gt 0 ]; then
     echo "bootstrap: apt-get install ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # another apt (unattended-upgrades on a fresh machine) may hold the lock: wait up to 5 min,
+    # then apt names the lock and the process holding it
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
 else
   echo "bootstrap: not root (or no apt-get): skipping system packages; peer tests will skip" >&2
@@ -46,3 +48,4 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
   -r constraints/gluon.txt
 [ "$ENGINES" = 1 ] && bash scripts/engine_env.sh
 echo "bootstrap: ready (.venv)"
+bash scripts/link_cli.sh  # `metaltune` on PATH (root: /usr/local/bin), or how to get it there

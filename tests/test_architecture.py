@@ -1,4 +1,4 @@
-"""The layering DESIGN.md promises, read from the project's own source with `ast`:
+"""The layering docs/ARCHITECTURE.md promises, read from the project's own source with `ast`:
 
 - no import cycle between project modules (function-level imports count: a cycle that only
   closes inside a function is still two modules that cannot be understood apart; so do imports

@@ -1,4 +1,4 @@
-"""The layout the docs describe is the tree: every path README.md and docs/INTERNALS.md name
+"""The layout the docs describe is the tree: every path README.md and the pages under docs/ name
 exists, and every module a layout row names (`base.py` in the `tuner/workloads/` row) is in
 that folder. A rename that forgets the docs fails here."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "docs/INTERNALS.md")
+DOCS = ("README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")))
 TOPS = ("tuner", "kernelsearch", "safety", "tests", "benchmarks", "deploy", "docs", "host_profiles")
 PATH = re.compile(r"`((?:%s)/[\w./-]*)`" % "|".join(TOPS))
 TICKED = re.compile(r"`([^`]+)`")
@@ -59,9 +59,9 @@ def test_every_module_a_layout_row_names_is_in_its_folder(doc):
 
 def test_the_workloads_and_daemon_rows_name_every_module():
     """The rows of the folders where most new work lands list all of their modules."""
-    text = (ROOT / "docs/INTERNALS.md").read_text()
+    text = (ROOT / "docs/internals/index.md").read_text()
     rows = {folder: {n for f, n in _row_modules(text) if f == folder}
             for folder in ("tuner/workloads/", "tuner/daemon/")}
     for folder, named in rows.items():
         have = {p.name for p in (ROOT / folder).glob("*.py") if p.name != "__init__.py"}
-        assert have <= named, f"docs/INTERNALS.md {folder} row misses {sorted(have - named)}"
+        assert have <= named, f"docs/internals/index.md {folder} row misses {sorted(have - named)}"

@@ -1,4 +1,4 @@
-"""Error classes with the exit code the CLI maps them to (DESIGN.md: 1 failed, 2 bad input)."""
+"""Error classes with the exit code the CLI maps them to (docs/ARCHITECTURE.md: 1 failed, 2 bad input)."""
 from __future__ import annotations
 
 

@@ -6,7 +6,7 @@ from tuner.compare.facts import collect, parse_pcie_config
 from tuner.host import Host
 from tuner.pci import config as pcicfg
 
-H200_DEVCTL = 0x5134  # read on the real H200 (../shared/facts): RO on, payload 256, MRRS 4096
+H200_DEVCTL = 0x5134  # read on the real H200 (docs/readings): RO on, payload 256, MRRS 4096
 
 
 def _w(p: Path, text: str | bytes) -> None:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_mla_round3 as r3  # noqa: E402
 
-TBPS = 4.237205460751674  # /work/shared/facts/h200-ceilings-2026-11-29.json read_sum_TBps
+TBPS = 4.237205460751674  # docs/readings/h200-ceilings-2026-11-29.json read_sum_TBps
 
 
 def _plan(*argv):

@@ -1,7 +1,7 @@
 """Dispatch-table entries carry energy beside time (energy_j, mean_w, energy_vs_library), and
 under the "energy" objective an entry gives way to the library where the library is the
 lower-energy choice, as speedup_vs_library / LIBRARY_MARGIN does for time; "throughput" is
-unchanged. The numbers are the H200's (shared/facts/h200-mla-energy-2026-12-02.md, sparse
+unchanged. The numbers are the H200's (docs/readings/h200-mla-energy-2026-12-02.md, sparse
 8 x 128k): the table's kernel 12% faster than FlashMLA at twice its energy a call."""
 from __future__ import annotations
 

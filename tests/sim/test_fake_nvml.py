@@ -15,7 +15,7 @@ from tests.sim.conftest import make_host
 from tuner.sim.fake_pynvml import FakeNVML
 from tuner.sim.inject import inject
 
-FACTS = {  # ../shared/facts/h200-probe-2026-11-29.json
+FACTS = {  # docs/readings/h200-probe-2026-11-29.json
     "power_constraints_mw": [200000, 700000], "power_default_mw": 700000,
     "supported_mem_clocks": [3201, 2201], "supported_gr_clocks_at_top_mem": [110, 1980, 345],
     "gpc_min_max_offset": (0, 0), "persistence": 1, "ecc_mode": [1, 1], "pcie": (5, 16),

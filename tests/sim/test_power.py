@@ -36,7 +36,7 @@ def test_power_rises_with_clock_memory_clock_and_utilisation(sku):
 
 def test_h200_calibration_points():
     """Datasheet TDP, NVML's limits and idle draw from the probe, and decode at stock at the
-    limit (shared/facts: 684-720 W dense MLA decode at the 700 W limit)."""
+    limit (docs/readings: 684-720 W dense MLA decode at the 700 W limit)."""
     assert (H200.power_min_w, H200.power_max_w, H200.power_default_w) == (200, 700, 700)
     assert H200.idle_power_w == pytest.approx(86.8)
     full = model.power_w(H200, H200.gr_max, H200.mem_top)

@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
         targets: list[str] = typer.Argument(..., help="local, ssh://user@host[:port][?python=PY&cwd=DIR&sim=DIR], sim://DIR"),
         report: Optional[Path] = typer.Option(None, "--report", help="Write report.{json,md,html} and PNG charts here."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        as_csv: bool = typer.Option(False, "--csv", help="Print the metrics table as CSV (a header row, then one metric per line; the host facts are in --json)."),
         repeats: int = typer.Option(7, "--repeats", min=2, help="Repeats per metric (the spread needs 2+)."),
         quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run, not numbers to quote."),
         only: Optional[str] = typer.Option(None, "--only", help="Comma-separated metric names."),
@@ -63,10 +64,23 @@ def register(app: typer.Typer) -> None:
         if as_json:
             json.dump(doc, sys.stdout, indent=1, default=str)
             sys.stdout.write("\n")
+        elif as_csv:
+            _csv(doc)
         else:
             _table(doc)
         if failures:
             raise typer.Exit(1)
+
+
+def _csv(doc: dict) -> None:
+    from tuner.cli.tables import print_table
+    from tuner.compare.report import _cell, _cmp_cell
+
+    labels = doc["targets"]
+    cols = ["metric", "unit", *labels, *[f"ratio {lab} [CI]" for lab in labels[1:]]]
+    rows = [[m["name"], m["unit"], *[_cell(x) for x in m["targets"]],
+             *[_cmp_cell(c) for c in m["comparisons"]]] for m in doc["metrics"]]
+    print_table(cols, rows, as_csv=True)
 
 
 def _table(doc: dict) -> None:

@@ -31,30 +31,28 @@ def register(app: typer.Typer) -> None:
     app.add_typer(profile_app, name="profile")
 
     @profile_app.command("list")
-    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    def list_cmd(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+                 as_csv: bool = csv_option()) -> None:
         """Shipped and local profiles, whether each matches this host, and where its values
         come from (values: measured on real hardware, simulated only, guidance, unstated)."""
+        from tuner.cli.tables import print_table
 
         res = invoke(settings(ctx), "profile_list")
         if as_json:
             return _print_json(res)
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(title="host profiles")
-        for c in ("name", "matches", "values", "includes", "knobs", "description"):
-            t.add_column(c)
+        rows = []
         for p in res["profiles"]:
             if "error" in p:
-                t.add_row(p["name"], "[red]error[/]", "", "", "", p["error"])
+                rows.append([p["name"], "[red]error[/]", "", "", "", p["error"]])
                 continue
             m = p.get("matches_host")
             mt = "abstract" if p.get("abstract") else ("yes" if m else "no" if m is not None else "?")
             vf = p.get("values_from", "unstated")
-            t.add_row(p["name"], mt, f"[yellow]{vf}[/]" if vf == "simulated" else vf,
-                      ", ".join(Path(i).stem for i in p["include"]), str(p["knobs"]),
-                      p["description"])
-        Console().print(t)
+            rows.append([p["name"], mt, f"[yellow]{vf}[/]" if vf == "simulated" else vf,
+                         ", ".join(Path(i).stem for i in p["include"]), str(p["knobs"]),
+                         p["description"]])
+        print_table(("name", "matches", "values", "includes", "knobs", "description"), rows,
+                    title="host profiles", as_csv=as_csv)
 
     @profile_app.command("show")
     def show_cmd(ctx: typer.Context,
@@ -106,22 +104,78 @@ def register(app: typer.Typer) -> None:
     @profile_app.command("export")
     def export_cmd(ctx: typer.Context,
                    profile: Optional[str] = typer.Argument(None, help="Profile to flatten."),
-                   from_host: bool = typer.Option(False, "--from-host", help="Export this host's current values."),
+                   from_host: bool = typer.Option(False, "--from-host", help="Export this host's current values (every knob it has, BIOS and sysctls included)."),
+                   from_search: Optional[str] = typer.Option(None, "--from-search", metavar="RUN", help="Export only what search run RUN kept (its id, or the end of it as `trials` shows it), with the objective, policy and measurements in provenance."),
                    name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
                    kernels: Optional[Path] = typer.Option(None, "--kernels", help="Carry this dispatch table (JSON) as the profile's kernels."),
                    as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-        """A self-contained YAML profile (includes flattened), or this host's current values.
+        """A self-contained YAML profile (includes flattened), what a search kept, or this host's current values.
         Stored kernel sources its kernels name (src:<sha256>) are bundled, so `apply` on
         another host can verify and install them."""
         res = invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
-                     new_name=name, kernels=str(kernels) if kernels else None)
+                     new_name=name, kernels=str(kernels) if kernels else None,
+                     from_search=from_search)
         if output is not None:
             output.write_text(res["yaml"])
         if as_json:
             return _print_json(res["profile"])
         if output is None:
             print(res["yaml"], end="")
+
+    @app.command("recommend")
+    def recommend_cmd(ctx: typer.Context,
+                      as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """The profile for this host (as `tuned-adm recommend`), with its evidence: measured on
+        this host, measured elsewhere (where and when), only simulated, or not measured end to
+        end; and the matching profiles for other objectives. Exit 1 when none matches."""
+        res = invoke(settings(ctx), "recommend")
+        if as_json:
+            return _print_json(res)
+        h, best = res["host"], res["recommended"]
+        print(f"host: {', '.join(h['gpus']) or 'no GPU'}, driver {h['driver']}, {h['virtualization']}")
+        print(f"recommended: {best['name']} ({best['objective']}): {best['description']}")
+        print(f"  evidence: {best['evidence']['text']}")
+        for alt in res["alternatives"]:
+            print(f"also matches: {alt['name']} ({alt['objective']}): {alt['description']}")
+            print(f"  evidence: {alt['evidence']['text']}")
+        print(f"next: `{res['next']}`, then `metaltune apply {best['name']}`")
+
+    @app.command("set")
+    def set_cmd(ctx: typer.Context,
+                knob: str = typer.Argument(..., metavar="KNOB", help="A knob name as `metaltune host` lists it, e.g. gpu0.power_limit_w."),
+                value: str = typer.Argument(..., metavar="VALUE", help="The value: 650, performance, [1530, 1530], or default."),
+                dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; write nothing."),
+                probation: Optional[float] = typer.Option(None, "--probation", min=0, callback=finite(0, MAX_PROBATION_S),
+                                                          metavar="SECONDS",
+                                                          help="Seconds of probation (default: the policy's)."),
+                policy: Optional[Path] = typer.Option(None, "--policy", metavar="FILE",
+                                                      help="Allowed-change list (YAML; default as for apply)."),
+                no_wait: bool = typer.Option(False, "--no-wait",
+                                             help="Return once the change is in probation (`metaltune confirm` ends it early)."),
+                as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+        """Change one setting through the safety layer (the device's domain, the policy, the
+        journal, probation and rollback), as `apply` changes a profile's."""
+        from tuner.cli.probation_view import ProbationView
+        from tuner.ops.set_knob import SET_LABEL, parse_value
+
+        s = settings(ctx)
+        args = dict(knob=knob, value=parse_value(value), dry_run=dry_run, probation_s=probation,
+                    policy=str(policy) if policy else None, no_wait=no_wait)
+        if dry_run or as_json or no_wait:
+            res = invoke(s, "set", **args)
+        else:
+            with ProbationView(s, SET_LABEL):
+                res = invoke(s, "set", **args)
+        if as_json:
+            return _print_json(res)
+        _print_items(res, f"set {knob}" + (" (dry run)" if dry_run else ""), items_key="plan")
+        if res.get("refused"):  # a dry run (a real set raised): what set would say
+            print("set would be refused:\n" + res["refused"])
+            return
+        print(res["result"] + (f" (transaction {res['transaction']})" if res.get("transaction") else ""))
+        if res.get("note"):
+            print(res["note"])
 
     @app.command("verify")
     def verify_cmd(ctx: typer.Context,
@@ -242,7 +296,7 @@ def _print_items(res: dict[str, Any], title: str, items_key: str = "knobs",
         shown.append(st)
         row = [it.get("knob") or it["key"], f"[{STATUS_STYLE.get(st, '')}]{st}[/]",
                _v(it.get("current")) + (f" (pending {_v(it['pending'])})" if it.get("pending") is not None else ""),
-               _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}"]
+               _v(it.get("wanted")), it.get("effect", ""), f"{Path(it['file']).name}:{it['line']}" if it.get("line") else it["file"]]
         if items_key == "plan":
             pol = it.get("policy", "")
             row.insert(5, pol.split(":")[0] + (f" ({pol.split(':', 1)[1].strip()})" if ":" in pol else ""))

@@ -81,13 +81,16 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(res, indent=2, default=str))
             return
+        # a change set of 30 knobs on one line is 1,000 columns: one knob=value a line in the
+        # table (each whole, to copy into a policy), one line a row in CSV
+        sep = ", " if as_csv else "\n"
         rows = [[str(q["id"]), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(q["time"])),
                  _fmt(q["txn"]), q["reason"],
-                 ", ".join(f"{k}={_fmt(v)}" for k, v in (q["knobs"] or {}).items()) or q["key"]]
+                 sep.join(f"{k}={_fmt(v)}" for k, v in (q["knobs"] or {}).items()) or q["key"]]
                 for q in res["quarantine"]]
         if as_csv or rows:
             print_table(["id", "time", "transaction", "reason", "values"], rows,
-                        title="quarantine", as_csv=as_csv, name_column=4)
+                        title="quarantine", as_csv=as_csv, name_column=4, fit=True)
         if not as_csv:
             print("nothing is quarantined" if not rows else
                   "`metaltune quarantine clear ID` lets a change set be tried again")

@@ -58,7 +58,8 @@ def _print_runtime_result(res: dict) -> None:
         print(res["policy_plan"])
     if res.get("stopped"):
         print(f"stopped: {res['stopped']['message']}")
-    print("`metaltune trials` lists each trial; `metaltune profile export --from-host` saves the result")
+    print(f"`metaltune trials --run {res['run_id']}` lists each trial; `metaltune profile export "
+          f"--from-search {res['run_id']} -o FILE` saves what it changed as a profile")
 
 
 def _num(v: object) -> str:

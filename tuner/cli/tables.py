@@ -18,8 +18,10 @@ def csv_option() -> Any:
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title: Optional[str] = None,
-                as_csv: bool = False, name_column: int = 0) -> None:
-    """`rows`: cell texts (rich markup allowed; stripped for CSV)."""
+                as_csv: bool = False, name_column: int = 0, fit: bool = False) -> None:
+    """`rows`: cell texts (rich markup allowed; stripped for CSV); a cell may hold several lines
+    (the name column is as wide as its longest line). `fit`: the terminal's width, however
+    narrow, rather than at least 100 columns (the name column still whole)."""
     if as_csv:
         from rich.text import Text
 
@@ -32,7 +34,8 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title:
     from rich.table import Table
 
     t = Table(title=title)
-    longest = max((len(str(r[name_column])) for r in rows), default=4)
+    longest = max((len(line) for r in rows for line in str(r[name_column]).splitlines() or [""]),
+                  default=4)
     for i, c in enumerate(columns):
         if i == name_column:
             t.add_column(c, no_wrap=True, min_width=max(longest, len(c)), overflow="ignore")
@@ -41,5 +44,6 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, title:
     for r in rows:
         t.add_row(*[str(c) for c in r])
     # a pipe or a narrow terminal: rich would squeeze the columns; give it the room the names need
-    width = max(shutil.get_terminal_size((160, 24)).columns, 100, longest + 60)
+    term = shutil.get_terminal_size((160, 24)).columns
+    width = max(term, longest + 20) if fit else max(term, 100, longest + 60)
     Console(width=width).print(t)

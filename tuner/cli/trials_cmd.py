@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from tuner.cli.common import invoke, settings
+from tuner.cli.tables import csv_option
 from tuner.errors import BadInput
 
 
@@ -19,7 +20,9 @@ def register(app: typer.Typer) -> None:
         run_id: Optional[str] = typer.Option(None, "--run", help="Only this run."),
         verdict: Optional[str] = typer.Option(None, "--verdict", help="kept|reverted|rejected|rolled_back"),
         show_stats: bool = typer.Option(False, "--stats", help="Per proposer: outcome shares, spend per kept change, gain over time; also a PNG chart when matplotlib (the reports extra) is installed."),
-        chart: Optional[str] = typer.Option(None, "--chart", help="With --stats: where to write the PNG (default STATE_DIR/reports/trials-<run|all>.png); needs the reports extra."),
+        chart: Optional[str] = typer.Option(None, "--chart", help="Write a PNG chart here (needs the reports extra): tokens/s against tokens/J, one point a trial; with --stats the outcome and gain charts (default STATE_DIR/reports/trials-<run|all>.png)."),
+        as_csv: bool = csv_option(),
+        wide: bool = typer.Option(False, "--wide", help="Every column in full (long lines); by default the candidate column is cut to fit the terminal."),
     ) -> None:
         """List evaluated trials: candidate, verdict, reason code, gain. With --stats: how each
         proposer's trials ended (guard, incorrect by rule, too_fast, timeout, lost, kept, ...),
@@ -27,6 +30,8 @@ def register(app: typer.Typer) -> None:
 
         if show_stats:
             return _stats(ctx, run_id, chart, as_json)
+        if chart is not None:
+            return _tradeoff(ctx, run_id, chart, as_json)
 
         if limit < 0:
             raise BadInput("--limit: expected a number ≥ 0")
@@ -36,37 +41,36 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(res, indent=2))
             return
-        from rich.console import Console
-        from rich.table import Table
+        from tuner.cli import trials_view
+        from tuner.cli.tables import print_table
 
-        t = Table(title=f"trials ({res['store']})")
-        energy = any(tr.get("energy") for tr in res["trials"])
-        for col in ("#", "run", "verdict", "reason", "gain", *(("tok/J", "W") if energy else ()),
-                    "candidate"):
-            t.add_column(col)
-        for tr in res["trials"]:
-            gain = f"{tr['gain']:+.2%}" if tr.get("gain") is not None else ""
-            cand = tr["candidate"]
-            desc = ", ".join(f"{k}={v}" for k, v in cand.get("knobs", {}).items())
-            if cand.get("kernel"):
-                k = cand["kernel"]
-                desc = (desc + " " if desc else "") + f"kernel {k['family']}/{k.get('variant')} {k.get('config')}"
-            if cand.get("runtime"):
-                desc += f" runtime {cand['runtime']}"
-            t.add_row(str(tr["number"]), tr["run_id"][-6:], tr["verdict"], tr["reason"], gain,
-                      *(_energy_cells(tr.get("energy") or {}) if energy else ()), desc)
-        Console().print(t)
+        cols, rows = trials_view.rows(res)
+        if as_csv:
+            return print_table(cols, rows, as_csv=True)
+        trials_view.print_rows(cols, rows, f"trials ({res['store']})", wide)
 
 
-def _energy_cells(e: dict) -> tuple[str, str]:
-    """tokens/J (geometric mean over sizes, as the keep rule weighs them) and mean watts (the
-    highest size's, as a budget is held); per size in --json."""
-    tpj, w = list((e.get("tok_per_j") or {}).values()), list((e.get("watts") or {}).values())
-    if not tpj:
-        return "", ""
-    from tuner.workloads.stats import geomean
+def _tradeoff(ctx: typer.Context, run_id: Optional[str], chart: str, as_json: bool) -> None:
+    from pathlib import Path
 
-    return f"{geomean(tpj):.3g}", (f"{max(w):.0f}" if w else "")
+    from tuner.cli import trials_view
+
+    res = invoke(settings(ctx), "trials", limit=None, run_id=run_id, verdict=None)
+    points = trials_view.tradeoff_points(res)
+    if not points:
+        raise BadInput(f"--chart: no trial {'of run ' + run_id + ' ' if run_id else ''}measured "
+                       "both tokens/s and tokens/J (an energy measurement is needed)")
+    out = Path(chart)
+    try:
+        trials_view.tradeoff_chart(points, out, f"tokens/s against tokens/J ({'run ' + run_id if run_id else 'all runs'})",
+                                   starts=trials_view.run_starts(res))
+    except OSError as e:
+        raise BadInput(f"--chart {out}: cannot write ({e.strerror or e})") from None
+    if as_json:
+        print(json.dumps({"chart": str(out), "points": points,
+                          "starts": trials_view.run_starts(res)}, indent=2))
+    else:
+        print(f"chart -> {out} ({len(points)} trials)")
 
 
 def _stats(ctx: typer.Context, run_id: Optional[str], chart: Optional[str], as_json: bool) -> None:

@@ -2,7 +2,7 @@
 model, so that two simulated hosts compare the way real ones would.
 
 Assumptions (documented, not measured; change them here only with a reason):
-- Bare-metal base figures per SKU. For `h200` they are the readings in ../shared/facts (taken in a
+- Bare-metal base figures per SKU. For `h200` they are the readings in docs/readings (taken in a
   Firecracker VM with the GPU passed through) with the VM effects below taken out; for `rtx4090`
   they are plausible desktop figures (PCIe Gen4 x16, no NVLink).
 - Through the sim's performance model (`tuner.sim.model.evaluate` of GPU 0's state against the same

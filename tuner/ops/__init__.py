@@ -13,7 +13,8 @@ from tuner.ops.registry import OPS, READS, OpFunc
 
 #: modules that register operations on import (kept lazy: importing them must stay cheap)
 OP_MODULES = ["tuner.ops.safety", "tuner.ops.profile", "tuner.ops.apply", "tuner.ops.trials",
-              "tuner.ops.search", "tuner.ops.kernel_check", "tuner.ops.boot"]
+              "tuner.ops.search", "tuner.ops.kernel_check", "tuner.ops.boot", "tuner.ops.recommend",
+              "tuner.ops.set_knob"]
 
 
 def _load() -> None:

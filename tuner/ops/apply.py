@@ -167,14 +167,17 @@ def write(settings: Any, p: Checked, changes: dict[str, Any], res: dict[str, Any
 
     if p.kplan is not None:
         res["kernels"] = profile_kernels.install(p.prof, settings.ensure_state_dir(), p.kplan)
-    res.update(_transaction(settings, p.prof, p.knobs, changes, p.pol, probation_s, host,
+    res.update(transaction(settings, p.prof, p.knobs, changes, p.pol, probation_s, host,
                             no_wait=no_wait))
     return res
 
 
-def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[str, Any],
-                 pol: Any, probation_s: Optional[float], host: Any,
-                 no_wait: bool = False) -> dict[str, Any]:
+def transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[str, Any],
+                pol: Any, probation_s: Optional[float], host: Any,
+                no_wait: bool = False, label: Optional[str] = None) -> dict[str, Any]:
+    """The change through a safety Transaction, journalled as `label` (default: the profile's
+    apply label, which makes it the host's active profile); waits out the probation unless
+    `no_wait`."""
     from safety import Journal, Transaction
     from tuner.ops import hints, probation
     from tuner.ops.safety import APPLY_LABEL
@@ -188,7 +191,7 @@ def _transaction(settings: Any, prof: Any, knobs: dict[str, Any], changes: dict[
     watch = float(probation_s) if probation_s is not None else float(pol.probation_for(list(changes)))
     txn = Transaction(journal, knobs, changes, policy=pol, monitors=monitors,
                       probation_s=watch + probation.grace(watch),
-                      label=APPLY_LABEL + hints.label_name(prof, _dirs(settings)))
+                      label=label or APPLY_LABEL + hints.label_name(prof, _dirs(settings)))
     if no_wait:
         return detach(txn, journal, prof, knobs, pol, watch)
     how = wait(txn, journal, prof, knobs, pol, watch, None)

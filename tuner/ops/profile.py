@@ -223,7 +223,8 @@ def profile_diff(settings: Any, a: str, b: Optional[str] = None) -> dict[str, An
 
 @operation("profile_export", reads=True)
 def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool = False,
-                   new_name: Optional[str] = None, kernels: Optional[str] = None) -> dict[str, Any]:
+                   new_name: Optional[str] = None, kernels: Optional[str] = None,
+                   from_search: Optional[str] = None) -> dict[str, Any]:
     """A self-contained YAML profile: a profile with its includes flattened, or (from_host) the
     values this host has now, with provenance saying where and when they were read. `kernels`:
     a dispatch table (JSON) to carry as the profile's `kernels:`. Every stored source the
@@ -234,7 +235,16 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
 
     _Dumper = _dumper()
 
-    if from_host:
+    if sum(map(bool, (profile, from_host, from_search))) > 1:
+        raise BadInput("profile export: give one of PROFILE, --from-host, --from-search RUN")
+    if from_search:
+        from tuner.ops import profile_search
+
+        host, _, hw = _host_knobs(settings, dry_run=True)
+        host.close()
+        doc = profile_search.profile_doc(Path(settings.state_dir), from_search, new_name,
+                                         [g.name for g in hw.gpus], settings.backend or "real")
+    elif from_host:
         from tuner.knobs.base import Unsupported
 
         host, knobs, hw = _host_knobs(settings, dry_run=True)
@@ -265,7 +275,7 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
             doc.pop("match")
     else:
         if not profile:
-            raise BadInput("profile export: give a PROFILE or --from-host")
+            raise BadInput("profile export: give a PROFILE, --from-host or --from-search RUN")
         prof = _load(settings, profile)
         doc = prof.to_yaml_dict()
         if new_name:

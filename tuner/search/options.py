@@ -146,7 +146,8 @@ class HostSearchOptions(SearchOptions):
                           json_schema_extra=cli("--proposer"))
     policy: Optional[str] = Field(
         None, json_schema_extra=cli("--policy", "FILE"),
-        description="Policy YAML (default: the shipped conservative one): proposals stay inside "
+        description="Policy YAML (default: the shipped safety/policies/default.yaml; not "
+                    "/etc/metaltune/policy.yaml, which apply reads: pass it here): proposals stay inside "
                     "its bounds; its hourly change limits can stop the search before --budget "
                     "(said up front; see --wait-for-policy).")
     knobs: Optional[list[str]] = Field(None, description="Knob name or glob; repeatable.",
@@ -175,7 +176,9 @@ class MixedSearchOptions(HostSearchOptions):
                           json_schema_extra=cli("--proposer"))
     policy: Optional[str] = Field(
         None, json_schema_extra=cli("--policy", "FILE"),
-        description="Policy YAML (default: the shipped conservative one).")
+        description="Policy YAML (default: the shipped safety/policies/default.yaml, not "
+                    "/etc/metaltune/policy.yaml, which apply reads: pass that here; the daemon "
+                    "passes its configured one).")
     knobs: Optional[list[str]] = Field(
         None, json_schema_extra=cli("--knob"),
         description="Knob name or glob; repeatable; 'none': no host knobs.")
@@ -251,8 +254,9 @@ class KernelSearchOptions(SearchOptions):
                     "decides each bucket and is recorded with the run and its table.")
     throughput_floor: Optional[float] = Field(
         None, ge=0.01, le=1, json_schema_extra=cli("--throughput-floor", "FRACTION"),
-        description="--objective energy: the least throughput kept, as a fraction of the "
-                    "incumbent's (default 0.95).")
+        description="--objective energy: recorded with the run; a kernel search keeps the "
+                    "least joules a call per bucket with no throughput floor (the floor applies "
+                    "in search host and mixed).")
     power_budget_w: Optional[float] = Field(
         None, ge=1, le=100000, json_schema_extra=cli("--power-budget", "W"),
         description="--objective power-capped: the most mean board watts.")

@@ -11,10 +11,10 @@ that full draw:
 Calibration (the constants live in tuner/sim/skus.py):
 - H200: power limit 200-700 W, default 700 W = the H200 SXM TDP (NVIDIA H200 Tensor Core GPU
   datasheet, "Max thermal design power up to 700 W"; NVML's constraints read on the lent H200,
-  shared/facts/h200-probe-2026-11-29.json: power_constraints_mw [200000, 700000]); idle 86.8 W
+  docs/readings/h200-probe-2026-11-29.json: power_constraints_mw [200000, 700000]); idle 86.8 W
   (the same probe, power_usage_mw 86848); memory power ~50-90 W (the probe's "GPU Memory Power
   Readings, Average Power Draw 52.04 W" near idle; p_mem_top_w 90 W under load). MLA decode at
-  stock draws 684-720 W dense and 200-520 W sparse (shared/facts/h200-mla-energy-2026-12-02.md):
+  stock draws 684-720 W dense and 200-520 W sparse (docs/readings/h200-mla-energy-2026-12-02.md):
   a fully busy decode runs at the power limit, which the model reproduces (full draw above the
   limit at the top clock, so the boost controller caps it: `regime` power_capped).
 - RTX 4090: 450 W default, 150-600 W limits, ~21 W idle (its public specs and NVML on one).

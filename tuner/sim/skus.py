@@ -1,4 +1,4 @@
-"""Simulated GPU models. H200 numbers are real readings (../shared/facts/h200-probe-2026-11-29.json);
+"""Simulated GPU models. H200 numbers are real readings (docs/readings/h200-probe-2026-11-29.json);
 RTX 4090 numbers are its public specs and what NVML reports on one (GeForce: no app clocks, no ECC
 by default, VF offsets supported). Model constants are tuned so the demo's story holds (see model.py).
 

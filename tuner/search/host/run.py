@@ -114,7 +114,7 @@ def search_knobs(
     with TrialStore.in_state_dir(guard.state_dir) as store:
         run_id = store.new_run(kind, {**(meta or {}), "proposer": proposer, "knobs": sorted(knobs),
                                       "baseline": base.model_dump(), "start": start,
-                                      **obj.describe()})
+                                      "policy": str(guard.policy.source), **obj.describe()})
         def seen(t: Trial) -> None:
             res_trials.append(t)
             if on_trial:

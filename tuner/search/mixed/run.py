@@ -213,7 +213,8 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
         run_id = store.new_run("search-mixed", {
             **meta, "proposer": proposer, "seed": seed, "budget": budget,
             "dims": {d.name: len(d.values) for d in joint.space.dims},
-            "baseline": base.model_dump(), "start": start_host})
+            "baseline": base.model_dump(), "start": start_host,
+            "policy": str(guard.policy.source)})
         res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
     final = ev.incumbent_table()
     final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed",
