@@ -157,9 +157,11 @@ class ModelProcess:
         """Its CPU limit (no per-request one: no CAP_SYS_RESOURCE) is 80% used: start afresh."""
         return not self._budgeted and launch.cpu_used(self.pid) > 0.8 * self.limits.cpu_s
 
-    def call(self, op: str, wait_s: float, **args: Any) -> Any:
-        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most."""
-        return self._send({"op": op, **args}, wait_s)
+    def call(self, op: str, wait_s: float, on_mark: Optional[Any] = None, **args: Any) -> Any:
+        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most.
+        `on_mark` (a model_trust.SampleClock) is told of each sample mark the request sends and
+        of each `go` it is answered with; without it a mark ends the process."""
+        return self._send({"op": op, **args}, wait_s, on_mark)
 
     def copy_sources(self, shas: Sequence[str], store_dir: Optional[Path]) -> None:
         """Put the stored sources a table names into its own store (digest checked on the way;
@@ -189,7 +191,7 @@ class ModelProcess:
             self._copied.add(sha)
 
     # -- the pipe --------------------------------------------------------------------------
-    def _send(self, req: dict[str, Any], timeout_s: float) -> Any:
+    def _send(self, req: dict[str, Any], timeout_s: float, on_mark: Optional[Any] = None) -> Any:
         if not self.alive():
             raise self._died("the model process is not running")
         self._seq += 1
@@ -201,7 +203,7 @@ class ModelProcess:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died("it closed its requests pipe") from None
-        reply = self._recv(timeout_s, req.get("op", "start"))
+        reply = self._recv(timeout_s, req.get("op", "start"), on_mark)
         if not isinstance(reply, dict) or "ok" not in reply or reply.get("id") != self._seq:
             self._kill()
             raise ModelProcessFailed("model_crashed", "model process: a reply that is not the "
@@ -223,19 +225,29 @@ class ModelProcess:
         self._kill()  # an error of its own making: start afresh rather than trust its state
         raise ModelProcessFailed("model_crashed", f"model process: {req.get('op')}: {msg}")
 
-    def _recv(self, timeout_s: float, op: str) -> Any:
+    def _recv(self, timeout_s: float, op: str, on_mark: Optional[Any] = None) -> Any:
         deadline = time.monotonic() + timeout_s
+        got = time.monotonic()  # when the last chunk was read: a mark's time of arrival
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
                 try:
-                    return json.loads(line)
+                    msg = json.loads(line)
                 except (ValueError, RecursionError):
                     self._kill()
                     raise ModelProcessFailed("model_crashed",
                                              "model process: an unreadable reply") from None
+                if not (isinstance(msg, dict) and "mark" in msg and msg.get("id") == self._seq):
+                    return msg
+                if on_mark is None:
+                    self._kill()
+                    raise ModelProcessFailed("model_crashed", f"model process: a sample mark "
+                                             f"during {op!r}")
+                on_mark.mark(msg, got)
+                self._go(on_mark)
+                continue
             if len(self._buf) > MAX_REPLY:
                 self._kill()
                 raise ModelProcessFailed("model_crashed", f"model process: a reply over "
@@ -249,6 +261,7 @@ class ModelProcess:
             ready, _, _ = select.select([self._r], [], [], min(left, 0.2))
             if ready:
                 chunk = os.read(self._r, 1 << 16)
+                got = time.monotonic()
                 if chunk:
                     self._buf += chunk
                     continue
@@ -261,6 +274,16 @@ class ModelProcess:
                 raise ModelProcessFailed("model_crashed", f"model process: {tasks} processes/"
                                          f"threads below it, at the limit of {self.limits.tasks}"
                                          "; killed")
+
+    def _go(self, clock: Any) -> None:
+        """Let it run its next sample: the sample's window opens now, before it can start."""
+        clock.went(time.monotonic())
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((json.dumps({"go": self._seq}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died("it closed its requests pipe") from None
 
     def _died(self, why: str) -> ModelProcessFailed:
         try:
@@ -410,13 +433,14 @@ class ModelWorkload:
         mp, timing = self._ready(), self._info.get("timing")
         if timing:  # set up first: the parent's clock of `measure` then times runs only
             mp.call("prepare", wait)
+        clock = model_trust.SampleClock()  # every sample timed here (model_trust)
         t0 = time.monotonic()
-        d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+        d = mp.call("measure", wait, on_mark=clock, repeats=repeats, timeout_s=timeout_s)
         wall = time.monotonic() - t0
         try:
             m = Measurement.model_validate(d)
             if timing:
-                model_trust.check(m, wall, timing, self.device)
+                m = model_trust.judge(m, clock, wall, timing, self.device)
         except model_trust.Untrusted as e:
             raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
                                      f"measurement: {e}") from None
