@@ -311,16 +311,17 @@ def call(family: str, *args: Any) -> Any:
 
 
 def _caught(fam: Any, entry: Any, args: tuple, why: str) -> None:
-    """The canary saw `entry` compute wrong: remove it (every entry of its stored source, or of
-    that variant and config), record the incident, quarantine the source, tell the listeners."""
+    """The canary saw `entry` compute wrong: remove it (a stored source: every entry of it, as
+    the source is quarantined; a shipped variant: that entry only, its dtype and shape bucket:
+    the variant's other dtypes and buckets were judged on their own), record the incident,
+    quarantine the source, tell the listeners."""
     global _table
     import time
 
     from kernelsearch import canary
 
     sha = source_digest(entry.variant)
-    gone = (lambda e: source_digest(e.variant) == sha) if sha else (
-        lambda e: e.variant == entry.variant and e.config == entry.config)
+    gone = (lambda e: source_digest(e.variant) == sha) if sha else (lambda e: e == entry)
     assert _table is not None
     removed = [e for e in _table.entries if gone(e)]
     _table = DispatchTable([e for e in _table.entries if not gone(e)], device=_table.device,
@@ -331,6 +332,9 @@ def _caught(fam: Any, entry: Any, args: tuple, why: str) -> None:
                 "source_sha256": sha, "config": dict(entry.config), "shape": shape,
                 "dtype": str(args[0].dtype).replace("torch.", ""), "detail": why[:1000],
                 "removed_entries": len(removed),
+                "removed": [{"dtype": e.dtype, "match": dict(e.match),
+                             "ranges": {k: list(v) for k, v in e.ranges.items()}}
+                            for e in removed[:16]],
                 "store": str(_store_root) if _store_root is not None else None,
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if sha:

@@ -158,9 +158,8 @@ class ModelProcess:
         return not self._budgeted and launch.cpu_used(self.pid) > 0.8 * self.limits.cpu_s
 
     def call(self, op: str, wait_s: float, on_mark: Optional[Any] = None, **args: Any) -> Any:
-        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most.
-        `on_mark` (a model_trust.SampleClock) is told of each sample mark the request sends and
-        of each `go` it is answered with; without it a mark ends the process."""
+        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most;
+        `on_mark`: the model_trust.SampleClock its sample marks go to (none: a mark kills it)."""
         return self._send({"op": op, **args}, wait_s, on_mark)
 
     def copy_sources(self, shas: Sequence[str], store_dir: Optional[Path]) -> None:
@@ -226,8 +225,8 @@ class ModelProcess:
         raise ModelProcessFailed("model_crashed", f"model process: {req.get('op')}: {msg}")
 
     def _recv(self, timeout_s: float, op: str, on_mark: Optional[Any] = None) -> Any:
-        deadline = time.monotonic() + timeout_s
         got = time.monotonic()  # when the last chunk was read: a mark's time of arrival
+        deadline = got + timeout_s
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0:
@@ -243,8 +242,7 @@ class ModelProcess:
                     return msg
                 if on_mark is None:
                     self._kill()
-                    raise ModelProcessFailed("model_crashed", f"model process: a sample mark "
-                                             f"during {op!r}")
+                    raise ModelProcessFailed("model_crashed", f"model process: a mark in {op!r}")
                 on_mark.mark(msg, got)
                 self._go(on_mark)
                 continue
@@ -278,10 +276,9 @@ class ModelProcess:
     def _go(self, clock: Any) -> None:
         """Let it run its next sample: the sample's window opens now, before it can start."""
         clock.went(time.monotonic())
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps({"go": self._seq}) + "\n").encode())
-            self.proc.stdin.flush()
+        try:  # (stdin: a pipe, as Popen was asked)
+            self.proc.stdin.write(b'{"go": %d}\n' % self._seq)  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
         except (BrokenPipeError, OSError):
             raise self._died("it closed its requests pipe") from None
 
@@ -433,8 +430,7 @@ class ModelWorkload:
         mp, timing = self._ready(), self._info.get("timing")
         if timing:  # set up first: the parent's clock of `measure` then times runs only
             mp.call("prepare", wait)
-        clock = model_trust.SampleClock()  # every sample timed here (model_trust)
-        t0 = time.monotonic()
+        clock, t0 = model_trust.SampleClock(), time.monotonic()  # each sample timed here
         d = mp.call("measure", wait, on_mark=clock, repeats=repeats, timeout_s=timeout_s)
         wall = time.monotonic() - t0
         try:
@@ -453,28 +449,12 @@ class ModelWorkload:
 
     def quarantine_caught(self, incidents: Any) -> list[str]:
         """Quarantine in the real store the stored sources the kernel canary caught computing
-        wrong in the model process (it quarantined its own copy). Only sources of the table
-        installed there count: a reply cannot quarantine anything else. Returns the digests."""
-        from kernelsearch.store import SourceStore, StoreError
+        wrong in the model process (canary_reader.quarantine_caught). Returns the digests."""
+        from kernelsearch.canary_reader import quarantine_caught
 
-        done: list[str] = []
-        if self._store is None or not isinstance(incidents, list):
-            return done
-        store = SourceStore(self._store)
-        for inc in incidents:
-            sha = inc.get("source_sha256") if isinstance(inc, dict) else None
-            if sha not in self._shas or sha in self._quarantined:
-                continue
-            try:
-                store.quarantine(sha, f"kernel canary (model process): "
-                                      f"{str(inc.get('detail', ''))[:1000]}",
-                                 {k: str(inc.get(k, ""))[:300] for k in
-                                  ("kind", "family", "variant", "shape", "at")})
-            except (OSError, StoreError):
-                continue
-            self._quarantined.add(sha)
-            done.append(sha)
-        return done
+        if self._store is None:
+            return []
+        return quarantine_caught(self._store, self._shas, self._quarantined, incidents)
 
     def _first_step(self) -> float:
         try:
