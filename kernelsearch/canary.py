@@ -2,11 +2,12 @@
 
 `dispatch.call` hands the canary each call a table kernel ran; the canary replays a sample of
 them against the family's float64 reference, with the judge's own tolerances
-(`harness.correctness.compare`): the first call of each entry after install, then one call in
+(`harness.correctness.compare`): the first call of each entry in every shape bucket it meets
+(`dispatch.bucket`: the octave of every dim) after install, then one call in
 1/rate, and at least one per entry every `interval_s` seconds it is in use (the schedule: an
-entry called rarely is still checked). On a mismatch dispatch removes the entry (every entry of
-that stored source: the source is quarantined in its store and never installed or offered
-again), records an incident naming the variant and the source digest, tells the listeners (a
+entry called rarely is still checked). On a mismatch dispatch removes the entry (a shipped
+variant: that entry only, its dtype and shape bucket; a stored source: every entry of it, as
+the source is quarantined in its store and never installed or offered again), records an incident naming the variant and the source digest, tells the listeners (a
 daemon or search journals it), and returns the fallback's output for that call, so the model
 keeps running.
 

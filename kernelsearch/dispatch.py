@@ -272,14 +272,22 @@ def _lookup(family: str, args) -> Optional[tuple[Callable, Any, Optional[list]]]
     sha = source_digest(e.variant)
     if sha is not None:  # a stored source: only if install loaded and verified it
         fwd = _sources.get(sha)
-        return None if fwd is None else (functools.partial(fwd, **e.config), e, _ckey(e))
-    return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e)
+        return None if fwd is None else (functools.partial(fwd, **e.config), e,
+                                         _ckey(e, shape))
+    return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e, shape)
 
 
-def _ckey(e: Any) -> list:
-    """The canary's state of an entry (one per entry, shared by every shape it serves; found
-    once per cached lookup, not per call)."""
-    k = (e.family, e.variant, json_key(e.config))
+def bucket(shape: tuple) -> tuple:
+    """A shape's bucket: the octave of every dim (its bit length)."""
+    return tuple(int(v).bit_length() for v in shape)
+
+
+def _ckey(e: Any, shape: tuple) -> list:
+    """The canary's state of an entry in a shape bucket (one per entry and `bucket`, shared by
+    the shapes in it; found once per cached lookup, not per call): the first call in every
+    bucket an entry serves is replayed, so a kernel wrong only for a band of sizes no judge's
+    draw met is caught at its first call there (issue 42, item 3)."""
+    k = (e.family, e.variant, json_key(e.config), e.dtype, bucket(shape))
     if k not in _canary_state:
         _canary_state[k] = _canary.state() if _canary is not None else [0, 0.0]
     return _canary_state[k]
