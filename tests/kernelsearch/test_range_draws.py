@@ -20,6 +20,10 @@ ROW_SRC = (Path(__file__).resolve().parents[2] / "kernelsearch/families/softmax/
 BAND = ROW_SRC.replace("    y = e / s[:, None]\n", "    y = e / s[:, None]\n"
                        "    y = tl.where((n_rows >= 2500) & (n_rows <= 3500), y * 1.01, y)\n")
 
+# right everywhere but for widths of 1,500-1,700, where it is 1% off
+WIDTHS = ROW_SRC.replace("    y = e / s[:, None]\n", "    y = e / s[:, None]\n"
+                         "    y = tl.where((n_cols >= 1500) & (n_cols <= 1700), y * 1.01, y)\n")
+
 
 @pytest.fixture(autouse=True)
 def _interp(monkeypatch):
@@ -66,6 +70,19 @@ def test_a_softmax_wrong_only_for_a_band_of_rows_is_rejected_in_every_run(run):
     rows = int(v.detail.split("shape (")[1].split(",")[0])
     assert 2500 <= rows <= 3500, v.detail
     assert isinstance(v.shape_seed, int) and v.to_dict()["shape_seed"] == v.shape_seed
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_softmax_wrong_only_for_a_band_of_widths_is_rejected_where_it_is_certified(run):
+    """A width is a matched dim: a table routes a width to the kernel only where it was
+    certified, and a verdict certifies the widths it checked, so a width claimed in the band
+    is checked in every run (not only when a random draw lands there)."""
+    from kernelsearch.harness.judge import judge
+
+    v = judge("softmax", WIDTHS, {"ROWS": 1, "num_warps": 1}, device="cpu", dtypes=["float32"],
+              seeds=1, random_shapes=0, timing=False, stress_calls=0, claimed=[(6, 1600)])
+    assert (v.verdict, v.code) == ("rejected", "incorrect"), (v.code, v.detail)
+    assert ", 1600)" in v.detail, v.detail
 
 
 def test_the_canary_checks_the_first_call_in_every_shape_bucket(monkeypatch):
