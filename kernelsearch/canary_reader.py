@@ -27,9 +27,9 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kernelsearch.canary import LOG_NAME, MAX_LINE
 from safety.incident import Incident
@@ -53,6 +53,7 @@ class CanaryLine(BaseModel):
     time: float = Field(ge=0)
     family: str = Field(max_length=64)
     variant: str = Field(max_length=200)
+    #: null for a shipped variant (no stored source): read as ""
     source_sha256: str = Field("", max_length=64)
     config: dict[str, Any] = Field(default_factory=dict)
     shape: list[int] = Field(default_factory=list, max_length=16)
@@ -64,9 +65,48 @@ class CanaryLine(BaseModel):
     quarantined: str = Field("", max_length=2000)
     pid: Optional[int] = None
 
+    @field_validator("source_sha256", mode="before")
+    @classmethod
+    def _no_source(cls, v: Any) -> Any:
+        return "" if v is None else v
+
 
 def log_path(state_dir: Path) -> Path:
     return Path(state_dir) / "kernels" / LOG_NAME
+
+
+def recent(state_dir: Path, n: int = 10) -> list[dict[str, Any]]:
+    """The last `n` removals in the incident log, newest last, read without a daemon (a user's
+    own process patched with the integration writes there too): what `metaltune status` shows
+    whether or not a daemon journalled them. The same bounds as the monitor's: the log's last
+    MAX_READ bytes, a regular file never followed through a link, only lines that validate."""
+    from safety.inputs import parse_json
+
+    path = log_path(state_dir)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:  # none yet (or a link: never followed)
+        return []
+    try:
+        st = os.fstat(fd)
+        if not _regular(st.st_mode) or n <= 0:
+            return []
+        data = os.pread(fd, MAX_READ, max(0, st.st_size - MAX_READ))
+    finally:
+        os.close(fd)
+    out: list[dict[str, Any]] = []
+    for raw in data.split(b"\n"):
+        if not raw or len(raw) > MAX_LINE:
+            continue
+        try:
+            ln = CanaryLine.model_validate(parse_json(raw.decode(), "line", ValueError))
+        except (ValueError, ValidationError, RecursionError, UnicodeDecodeError):
+            continue  # the first line of a tail cut mid-way, or not an incident
+        out.append({"id": ln.id, "time": ln.time, "family": ln.family, "variant": ln.variant,
+                    "dtype": ln.dtype, "shape": ln.shape, "removed_entries": ln.removed_entries,
+                    "source_sha256": ln.source_sha256, "detail": ln.detail[:500],
+                    "pid": ln.pid})
+    return out[-n:]
 
 
 class KernelCanaryMonitor(Monitor):
@@ -232,3 +272,31 @@ def _read_cursor(p: Path) -> tuple[Optional[int], int]:
     if not all(type(v) is int and 0 <= v < 1 << 63 for v in (ino, off)):
         return None, 0
     return ino, off
+
+
+def quarantine_caught(store_dir: Path, shas: Collection[str], done: set[str],
+                      incidents: Any) -> list[str]:
+    """Quarantine in `store_dir` the stored sources a model process's canary caught computing
+    wrong (the process quarantined its own copy only: tuner.workloads.model_process). Only
+    `shas` (the sources of the table installed there) count: a reply cannot quarantine anything
+    else; those in `done` already were (added to it). Returns the digests quarantined now."""
+    from kernelsearch.store import SourceStore, StoreError
+
+    out: list[str] = []
+    if not isinstance(incidents, list):
+        return out
+    store = SourceStore(store_dir)
+    for inc in incidents:
+        sha = inc.get("source_sha256") if isinstance(inc, dict) else None
+        if sha not in shas or sha in done:
+            continue
+        try:
+            store.quarantine(sha, f"kernel canary (model process): "
+                                  f"{str(inc.get('detail', ''))[:1000]}",
+                             {k: str(inc.get(k, ""))[:300] for k in
+                              ("kind", "family", "variant", "shape", "at")})
+        except (OSError, StoreError):
+            continue
+        done.add(sha)
+        out.append(sha)
+    return out

@@ -288,14 +288,22 @@ def _lookup(family: str, args) -> Optional[tuple[Callable, Any, Optional[list]]]
     sha = source_digest(e.variant)
     if sha is not None:  # a stored source: only if install loaded and verified it
         fwd = _sources.get(sha)
-        return None if fwd is None else (functools.partial(fwd, **e.config), e, _ckey(e))
-    return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e)
+        return None if fwd is None else (functools.partial(fwd, **e.config), e,
+                                         _ckey(e, shape))
+    return functools.partial(_forward(family, e.variant), **e.config), e, _ckey(e, shape)
 
 
-def _ckey(e: Any) -> list:
-    """The canary's state of an entry (one per entry, shared by every shape it serves; found
-    once per cached lookup, not per call)."""
-    k = (e.family, e.variant, json_key(e.config))
+def bucket(shape: tuple) -> tuple:
+    """A shape's bucket: the octave of every dim (its bit length)."""
+    return tuple(int(v).bit_length() for v in shape)
+
+
+def _ckey(e: Any, shape: tuple) -> list:
+    """The canary's state of an entry in a shape bucket (one per entry and `bucket`, shared by
+    the shapes in it; found once per cached lookup, not per call): the first call in every
+    bucket an entry serves is replayed, so a kernel wrong only for a band of sizes no judge's
+    draw met is caught at its first call there (issue 42, item 3)."""
+    k = (e.family, e.variant, json_key(e.config), e.dtype, bucket(shape))
     if k not in _canary_state:
         _canary_state[k] = _canary.state() if _canary is not None else [0, 0.0]
     return _canary_state[k]
@@ -328,16 +336,17 @@ def call(family: str, *args: Any) -> Any:
 
 
 def _caught(fam: Any, entry: Any, args: tuple, why: str) -> None:
-    """The canary saw `entry` compute wrong: remove it (every entry of its stored source, or of
-    that variant and config), record the incident, quarantine the source, tell the listeners."""
+    """The canary saw `entry` compute wrong: remove it (a stored source: every entry of it, as
+    the source is quarantined; a shipped variant: that entry only, its dtype and shape bucket:
+    the variant's other dtypes and buckets were judged on their own), record the incident,
+    quarantine the source, tell the listeners."""
     global _table
     import time
 
     from kernelsearch import canary
 
     sha = source_digest(entry.variant)
-    gone = (lambda e: source_digest(e.variant) == sha) if sha else (
-        lambda e: e.variant == entry.variant and e.config == entry.config)
+    gone = (lambda e: source_digest(e.variant) == sha) if sha else (lambda e: e == entry)
     assert _table is not None
     removed = [e for e in _table.entries if gone(e)]
     _table = DispatchTable([e for e in _table.entries if not gone(e)], device=_table.device,
@@ -348,6 +357,9 @@ def _caught(fam: Any, entry: Any, args: tuple, why: str) -> None:
                 "source_sha256": sha, "config": dict(entry.config), "shape": shape,
                 "dtype": str(args[0].dtype).replace("torch.", ""), "detail": why[:1000],
                 "removed_entries": len(removed),
+                "removed": [{"dtype": e.dtype, "match": dict(e.match),
+                             "ranges": {k: list(v) for k, v in e.ranges.items()}}
+                            for e in removed[:16]],
                 "store": str(_store_root) if _store_root is not None else None,
                 "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if sha:

@@ -167,18 +167,22 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     import torch  # noqa: F401  (heavy imports only past the guard)
 
     from kernelsearch.families import get
-    from kernelsearch.harness import correctness, random_shapes as drawn, timing as tm
+    from kernelsearch.harness import correctness, random_shapes as drawn, range_draws
+    from kernelsearch.harness import timing as tm
 
     family = get(family_name)
     dtypes = list(dtypes or default_dtypes(family, device))
     shapes, edge, skipped, timed = plan_shapes(family, device, shapes, timing_shapes, claimed,
                                                timing, boundary)
     shapes += drawn.random_shapes(family, random_shapes, big=(device == "cuda"))
-    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
-    for r in ranges or []:
-        for s in family.range_shapes(dict(r.get("match", {})), dict(r.get("ranges", {})), rng):
-            if s not in edge:
-                edge.append(s)
+    # the whole certified range, drawn new every run from a seed the verdict records
+    # (range_draws): the caller's table ranges, or the range its shapes vouch for
+    seed = int.from_bytes(os.urandom(8), "little")
+    rng = random.Random(seed)
+    span = ranges or range_draws.certified(family, shapes + timed + list(claimed or []))
+    for s in range_draws.draw(family, span, rng, fixed=bool(ranges)):
+        if s not in edge and s not in shapes:
+            edge.append(s)
     kind: dict = {}
     if lib is not None:  # the shapes and dtypes the library takes
         fit = lib.fit or (lambda s: s)
@@ -194,7 +198,7 @@ def _judge(family_name: str, source: str, config: Optional[dict], *, device, dty
     scope = dict(device=device_label(device),
                  checked_shapes=[list(s) for s in dict.fromkeys(shapes + edge)],
                  skipped_shapes=[list(s) for s in skipped],
-                 timed_shapes=[list(s) for s in timed])
+                 timed_shapes=[list(s) for s in timed], shape_seed=seed)
     stage = "correctness"
     timings: dict = {}
     scope.update(kind)

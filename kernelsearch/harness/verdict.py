@@ -38,6 +38,9 @@ class Verdict:
     checked_shapes: list[list[int]] = field(default_factory=list)
     skipped_shapes: list[list[int]] = field(default_factory=list)
     timed_shapes: list[list[int]] = field(default_factory=list)
+    #: the seed of the shapes drawn across the certified range (harness.range_draws): a run
+    #: is reproduced from it
+    shape_seed: Optional[int] = None
     summary: dict[str, Any] = field(default_factory=dict)
     # how the candidate ran (runner.check): uid, Landlock ABI, the wall-clock timeout, the
     # memory limits and the resource limits of `limits.py` as set

@@ -70,6 +70,19 @@ DEFAULT_ATTN = "sdpa"  # transformers' default: the one implementation patch rep
 log = Feedback(__name__)  # the patch line shows without any logging set up
 
 
+def _canary_removed(incident: dict) -> None:
+    """A kernel canary listener: an entry removed in this process is said as a warning (the
+    user's model keeps running, slower, on its own code for those calls) with where it is
+    recorded (the incident log `metaltune status` reads)."""
+    n = int(incident.get("removed_entries") or 0)
+    log.log.warning(
+        "metaltune: the kernel canary found %s %s computing wrong at shape %s %s (%s); %d table "
+        "entr%s removed, those calls run the model's own code (recorded in %s)",
+        incident.get("family"), incident.get("variant"), incident.get("shape"),
+        incident.get("dtype"), str(incident.get("detail", ""))[:300], n,
+        "y" if n == 1 else "ies", incident.get("log") or "no incident log")
+
+
 class NothingPatched(UserWarning):
     """`patch` (or `use_kernels`) left the model as it was; the message says why."""
 
@@ -213,6 +226,10 @@ def patch(model: Any, table: Union[None, Any, dict, str, Path] = None, *,
         unpatch(model)
     tbl = _install(table)
     register()
+    from kernelsearch import canary
+
+    if _canary_removed not in canary.listeners:
+        canary.add_listener(_canary_removed)
     rec = PatchRecord(table_device=getattr(tbl, "device", ""))
     model._metaltune_patch = rec
     why = _why_not(model, tbl) if only_covered or tbl is None else None

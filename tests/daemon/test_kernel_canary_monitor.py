@@ -51,6 +51,23 @@ def test_a_line_written_by_the_canary_becomes_a_fatal_incident_naming_the_digest
     assert m.poll() == []  # read once
 
 
+def test_a_shipped_variants_removal_is_an_incident_too(state):
+    """dispatch writes a null digest for a shipped variant (no stored source): that line was
+    skipped as "not an incident", so a removal of a shipped kernel reached no journal and no
+    `status` (issue 42, item 4)."""
+    from kernelsearch.canary_reader import recent
+
+    m = KernelCanaryMonitor(state)
+    m.arm()
+    inc = _incident(variant="flat", family="swiglu", source_sha256=None, dtype="float16")
+    canary.append(_log(state), inc)
+    (got,) = m.poll()
+    assert got.fatal and got.data["source_sha256"] == "" and "swiglu flat" in got.detail
+    assert m.skipped == 0
+    (shown,) = recent(state)
+    assert shown["id"] == inc["id"] and shown["variant"] == "flat"
+
+
 def test_partial_garbage_and_forged_lines(state):
     m = KernelCanaryMonitor(state)
     m.arm()

@@ -10,7 +10,8 @@ from tests.daemon.conftest import base_env, metaltune, write_config
 from tuner.ops.settings import NO_DAEMON_ENV
 
 RED = Path(__file__).resolve().parents[1] / "kernelsearch" / "redteam"
-#: (checked_shapes holds randomly drawn probe shapes: compared by count)
+#: (checked_shapes holds shapes drawn new every run, from the verdict's own shape_seed, and
+#: draws that coincide are checked once: compared by the fixed shapes both hold)
 SAME = ("verdict", "stage", "code", "rule", "skipped_shapes", "device", "family", "candidate")
 
 
@@ -27,7 +28,13 @@ def test_kernel_check_through_the_daemon_gives_the_local_verdict(tmp_path, sim_h
         assert (through.returncode, local.returncode) == (rc, rc), (through.stderr, local.stderr)
         a, b = json.loads(through.stdout), json.loads(local.stdout)
         assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME}, (a, b)
-        assert len(a["checked_shapes"]) == len(b["checked_shapes"])
+        if rc == 0:  # (a guard rejection checks no shape)
+            from kernelsearch.families import get
+
+            tiny = {tuple(x) for x in get("softmax").tiny_shapes}
+            assert tiny <= {tuple(x) for x in a["checked_shapes"]}, a["checked_shapes"]
+            assert tiny <= {tuple(x) for x in b["checked_shapes"]}, b["checked_shapes"]
+            assert a["shape_seed"] != b["shape_seed"]
     # the socket takes the text, never a path, and judges it the same way
     src = (RED / "torch_op.py").read_text()
     r = d.call("kernel_check", timeout=200, family="softmax", source=src, device="cpu",

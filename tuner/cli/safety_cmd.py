@@ -65,6 +65,11 @@ def register(app: typer.Typer) -> None:
                         [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(i["time"])),
                           i["severity"], i["type"], _fmt(i["gpu"]), i["detail"], _fmt(i["txn_id"])]
                          for i in res["incidents"]], title="last incidents", name_column=2)
+        for r in res.get("canary_removals") or []:
+            print(f"kernel canary: {r['family']} {r['variant']} removed at "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['time']))} (shape "
+                  f"{r['shape']} {r['dtype']}, {r['removed_entries']} table entries; those calls "
+                  f"run the fallback): {r['detail'][:200]}")
         if res.get("quarantine"):
             print(f"quarantined candidates: {res['quarantine']} (`metaltune quarantine list`)")
 

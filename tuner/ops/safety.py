@@ -84,14 +84,20 @@ def status(settings: Any, incidents: Count = 10) -> dict[str, Any]:
     """baseline, current, pending (None when nothing is pending), incidents."""
     from safety.recovery import status as st
 
+    from kernelsearch.canary_reader import recent
+
     knobs = _knobs(settings)
+    # the kernel canary's removals (its incident log), journalled by a daemon or not
+    removals = recent(settings.state_dir, incidents)
     j = journal_to_read(settings)
     if j is None:  # nothing was ever changed: do not create a state dir for a read
         cur = st(_EmptyJournal(), knobs, incidents)
-        return {**cur, "journal": None, "active_profile": None, "staged": staged(knobs)}
+        return {**cur, "journal": None, "active_profile": None, "staged": staged(knobs),
+                "canary_removals": removals}
     with translate():
         return {**st(j, knobs, incidents), "journal": str(j.path),
-                "active_profile": active_profile(j), "staged": staged(knobs)}
+                "active_profile": active_profile(j), "staged": staged(knobs),
+                "canary_removals": removals}
 
 
 #: the label an applied profile's transaction carries (tuner.ops.apply), read back by status

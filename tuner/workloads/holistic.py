@@ -160,11 +160,24 @@ class _Timer:
         return time.perf_counter() - t0
 
 
+#: called at every sample boundary of `time_sizes`: (size key, None) before a size's first
+#: sample, (size key, the sample's tokens/s) after each. A model process's server sets it to a
+#: round trip with its parent, which times every sample on its own clock and keeps only that
+#: (tuner.workloads.model_trust): the process runs candidate code, its numbers are a claim
+SAMPLE_MARK: Optional[Callable[[str, Optional[float]], None]] = None
+
+
+def _mark(key: str, rate: Optional[float]) -> None:
+    if SAMPLE_MARK is not None:
+        SAMPLE_MARK(key, rate)
+
+
 def time_sizes(bench: Any, rt: Any, sizes: Sequence[tuple[str, int, int]], repeats: int,
                deadline: Optional[float]) -> dict[str, Any]:
     """Per size: `repeats` tokens/s samples of `bench.runner(rt, ...)` and its setup seconds;
     sizes reached past the deadline are skipped (listed in 'skipped'). `bench.at` names the
-    size being prepared or timed, so a failure can say where it happened."""
+    size being prepared or timed, so a failure can say where it happened. Each sample is
+    bracketed by `SAMPLE_MARK` calls (nothing else runs between them)."""
     import torch
 
     from tuner.workloads.energy import SizeEnergy, medians
@@ -186,7 +199,11 @@ def time_sizes(bench: Any, rt: Any, sizes: Sequence[tuple[str, int, int]], repea
             warm(r.step, bench.model.device)
             try:
                 with energy.window(key, r.step):
-                    per[key] = [r.tokens_per_s(steps) for _ in range(repeats)]
+                    per[key] = []
+                    _mark(key, None)
+                    for _ in range(repeats):
+                        per[key].append(r.tokens_per_s(steps))
+                        _mark(key, per[key][-1])
             except BaseException:
                 energy.close()
                 raise

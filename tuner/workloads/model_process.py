@@ -17,17 +17,13 @@ A failure of the process (it died, gave no answer in time, could not be started 
 fresh process with the same runtime and table.
 
 One process per set of stored sources. A stored source is written by a proposer and hostile
-until proven otherwise; once imported it stays loaded, and whatever it left behind (module-level
-patches, caches, torch or allocator state) would bias the next table measured in that process:
-the incumbent's side of the same A/B, or the next trial. So a process never serves two tables
-whose sets of stored-source digests (`DispatchTable.sources()`) differ: `ModelWorkload` keys
-its processes by that set, starts a fresh one (same recipe, runtime, confinement) for a set it
-has none for, and keeps two at most: the installed table's set and the one installed before it
-(in a search, the incumbent's and the current candidate's: the evaluator installs the incumbent
-before and after every candidate, and a kept candidate's set simply stays). Tables of shipped
-variants only have the empty set and share one process (shipped code is trusted). The cost: a
-model build (the process's start) per candidate trial that carries stored sources, none for a
-shipped-only candidate."""
+until proven otherwise; once imported it stays loaded, and whatever it left behind (patches,
+caches, torch or allocator state) would bias the next table measured in that process. So a
+process never serves two tables whose sets of stored-source digests (`DispatchTable.sources()`)
+differ: `ModelWorkload` keys its processes by that set and keeps two at most, the installed
+table's and the one installed before it (in a search, the incumbent's and the candidate's).
+Tables of shipped variants only share the empty set's process (shipped code is trusted). The
+cost: a model build per candidate trial that carries stored sources."""
 from __future__ import annotations
 
 import dataclasses
@@ -158,9 +154,10 @@ class ModelProcess:
         """Its CPU limit (no per-request one: no CAP_SYS_RESOURCE) is 80% used: start afresh."""
         return not self._budgeted and launch.cpu_used(self.pid) > 0.8 * self.limits.cpu_s
 
-    def call(self, op: str, wait_s: float, **args: Any) -> Any:
-        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most."""
-        return self._send({"op": op, **args}, wait_s)
+    def call(self, op: str, wait_s: float, on_mark: Optional[Any] = None, **args: Any) -> Any:
+        """The reply to request `op` (its arguments `args`), waited for `wait_s` at most;
+        `on_mark`: the model_trust.SampleClock its sample marks go to (none: a mark kills it)."""
+        return self._send({"op": op, **args}, wait_s, on_mark)
 
     def copy_sources(self, shas: Sequence[str], store_dir: Optional[Path]) -> None:
         """Put the stored sources a table names into its own store (digest checked on the way;
@@ -190,7 +187,7 @@ class ModelProcess:
             self._copied.add(sha)
 
     # -- the pipe --------------------------------------------------------------------------
-    def _send(self, req: dict[str, Any], timeout_s: float) -> Any:
+    def _send(self, req: dict[str, Any], timeout_s: float, on_mark: Optional[Any] = None) -> Any:
         if not self.alive():
             raise self._died("the model process is not running")
         self._seq += 1
@@ -202,7 +199,7 @@ class ModelProcess:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died("it closed its requests pipe") from None
-        reply = self._recv(timeout_s, req.get("op", "start"))
+        reply = self._recv(timeout_s, req.get("op", "start"), on_mark)
         if not isinstance(reply, dict) or "ok" not in reply or reply.get("id") != self._seq:
             self._kill()
             raise ModelProcessFailed("model_crashed", "model process: a reply that is not the "
@@ -224,19 +221,28 @@ class ModelProcess:
         self._kill()  # an error of its own making: start afresh rather than trust its state
         raise ModelProcessFailed("model_crashed", f"model process: {req.get('op')}: {msg}")
 
-    def _recv(self, timeout_s: float, op: str) -> Any:
-        deadline = time.monotonic() + timeout_s
+    def _recv(self, timeout_s: float, op: str, on_mark: Optional[Any] = None) -> Any:
+        got = time.monotonic()  # when the last chunk was read: a mark's time of arrival
+        deadline = got + timeout_s
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
                 try:
-                    return json.loads(line)
+                    msg = json.loads(line)
                 except (ValueError, RecursionError):
                     self._kill()
                     raise ModelProcessFailed("model_crashed",
                                              "model process: an unreadable reply") from None
+                if not (isinstance(msg, dict) and "mark" in msg and msg.get("id") == self._seq):
+                    return msg
+                if on_mark is None:
+                    self._kill()
+                    raise ModelProcessFailed("model_crashed", f"model process: a mark in {op!r}")
+                on_mark.mark(msg, got)
+                self._go(on_mark)
+                continue
             if len(self._buf) > MAX_REPLY:
                 self._kill()
                 raise ModelProcessFailed("model_crashed", f"model process: a reply over "
@@ -250,6 +256,7 @@ class ModelProcess:
             ready, _, _ = select.select([self._r], [], [], min(left, 0.2))
             if ready:
                 chunk = os.read(self._r, 1 << 16)
+                got = time.monotonic()
                 if chunk:
                     self._buf += chunk
                     continue
@@ -262,6 +269,15 @@ class ModelProcess:
                 raise ModelProcessFailed("model_crashed", f"model process: {tasks} processes/"
                                          f"threads below it, at the limit of {self.limits.tasks}"
                                          "; killed")
+
+    def _go(self, clock: Any) -> None:
+        """Let it run its next sample: the sample's window opens now, before it can start."""
+        clock.went(time.monotonic())
+        try:  # (stdin: a pipe, as Popen was asked)
+            self.proc.stdin.write(b'{"go": %d}\n' % self._seq)  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError):
+            raise self._died("it closed its requests pipe") from None
 
     def _died(self, why: str) -> ModelProcessFailed:
         try:
@@ -411,14 +427,15 @@ class ModelWorkload:
         mp, timing = self._ready(), self._info.get("timing")
         if timing:  # set up first: the parent's clock of `measure` then times runs only
             mp.call("prepare", wait)
+        clock = model_trust.SampleClock()  # each sample timed here
         with energy.ParentWindow(self) as window:  # the parent's own reading, around the request
             t0 = time.monotonic()
-            d = mp.call("measure", wait, repeats=repeats, timeout_s=timeout_s)
+            d = mp.call("measure", wait, on_mark=clock, repeats=repeats, timeout_s=timeout_s)
             wall = time.monotonic() - t0
         try:
             m = Measurement.model_validate(d)
             if timing:
-                model_trust.check(m, wall, timing, self.device)
+                m = model_trust.judge(m, clock, wall, timing, self.device)
             energy.replace_with_parents(m, window.reading)  # never the process's own watts
         except model_trust.Untrusted as e:
             raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
@@ -432,28 +449,12 @@ class ModelWorkload:
 
     def quarantine_caught(self, incidents: Any) -> list[str]:
         """Quarantine in the real store the stored sources the kernel canary caught computing
-        wrong in the model process (it quarantined its own copy). Only sources of the table
-        installed there count: a reply cannot quarantine anything else. Returns the digests."""
-        from kernelsearch.store import SourceStore, StoreError
+        wrong in the model process (canary_reader.quarantine_caught). Returns the digests."""
+        from kernelsearch.canary_reader import quarantine_caught
 
-        done: list[str] = []
-        if self._store is None or not isinstance(incidents, list):
-            return done
-        store = SourceStore(self._store)
-        for inc in incidents:
-            sha = inc.get("source_sha256") if isinstance(inc, dict) else None
-            if sha not in self._shas or sha in self._quarantined:
-                continue
-            try:
-                store.quarantine(sha, f"kernel canary (model process): "
-                                      f"{str(inc.get('detail', ''))[:1000]}",
-                                 {k: str(inc.get(k, ""))[:300] for k in
-                                  ("kind", "family", "variant", "shape", "at")})
-            except (OSError, StoreError):
-                continue
-            self._quarantined.add(sha)
-            done.append(sha)
-        return done
+        if self._store is None:
+            return []
+        return quarantine_caught(self._store, self._shas, self._quarantined, incidents)
 
     def _first_step(self) -> float:
         try:

@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ERRORS = ("WorkloadFailed", "WorkloadHang", "WorkloadBroken", "BadInput", "ValueError")
 
@@ -146,6 +146,19 @@ def _reply(fd: int, obj: dict[str, Any]) -> None:
         view = view[os.write(fd, view):]
 
 
+def marker(fd: int, rid: Any) -> Any:
+    """holistic.SAMPLE_MARK for request `rid`: the mark to the parent, then wait for its `go`,
+    so the parent's clock from its `go` to the next mark brackets one sample and nothing else."""
+    def mark(key: str, rate: Optional[float]) -> None:
+        _reply(fd, {"mark": str(key), "rate": rate, "id": rid})
+        line = sys.stdin.buffer.readline()
+        if not line:  # the parent is gone
+            os._exit(0)
+        if json.loads(line).get("go") != rid:
+            raise ValueError("model process: the answer to a sample mark is not its `go`")
+    return mark
+
+
 def _error(e: BaseException) -> dict[str, Any]:
     name = type(e).__name__
     if name not in ERRORS:  # a bug or the candidate's own exception: its last lines to stderr
@@ -186,6 +199,14 @@ def main(argv: list[str]) -> int:
         try:
             if req.get("op") == "calls" and calls is not None:
                 value: Any = [[f, d, list(s), n] for (f, d, s), n in calls.items()]
+            elif req.get("op") == "measure":
+                from tuner.workloads import holistic
+
+                holistic.SAMPLE_MARK = marker(fd, req.get("id"))
+                try:
+                    value = handle(wl, req, report)
+                finally:
+                    holistic.SAMPLE_MARK = None
             else:
                 value = handle(wl, req, report)
             _reply(fd, {"ok": True, "value": value, "id": req.get("id")})
