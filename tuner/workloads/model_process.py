@@ -438,8 +438,7 @@ class ModelWorkload:
                 m = model_trust.judge(m, clock, wall, timing, self.device)
             energy.replace_with_parents(m, window.reading)  # never the process's own watts
         except model_trust.Untrusted as e:
-            raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted "
-                                     f"measurement: {e}") from None
+            raise ModelProcessFailed(model_trust.CODE, f"model process: untrusted measurement: {e}") from None
         except ValueError as e:
             raise ModelProcessFailed("model_crashed", f"model process: not a measurement "
                                      f"({str(e).splitlines()[0][:200]})") from None
