@@ -25,6 +25,8 @@ class ServingConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # server environment (e.g. VLLM_CPU_KVCACHE_SPACE)
     #: the engine settings a search starts from (engines.py names them); absent: the engine's default
     settings: dict[str, Any] = Field(default_factory=dict)
+    #: the engine settings a search walks (`runtime.<name>`); empty: all the engine declares
+    search: list[str] = Field(default_factory=list)
     input_len: int = Field(128, gt=0)
     output_len: int = Field(64, gt=0)
     num_prompts: int = Field(64, gt=0)  # per ladder level and repeat
@@ -58,7 +60,12 @@ class ServingConfig(BaseModel):
             raise ValueError(f"engine_python: required (or set ${PYTHON_ENV})")
         from tuner.workloads.serving.engines import engine
 
-        self.settings = engine(self.engine).validate(self.settings)  # ValueError naming it
+        eng = engine(self.engine)
+        self.settings = eng.validate(self.settings)  # ValueError naming the setting
+        unknown = [k for k in self.search if k not in eng.by_name()]
+        if unknown:
+            raise ValueError(f"search: {self.engine} has no setting {unknown[0]!r} "
+                             f"(expected some of {sorted(eng.by_name())})")
         return self
 
     def python(self) -> Optional[str]:
@@ -68,7 +75,7 @@ class ServingConfig(BaseModel):
         return [f"c={c}" for c in self.concurrency]
 
 
-_LISTS = {"concurrency"}
+_LISTS = {"concurrency", "search"}
 
 
 def _inline(text: str) -> dict[str, Any]:
@@ -125,6 +132,6 @@ def load(args: str) -> ServingConfig:
         return ServingConfig.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        raise BadInput(f"{source}: {loc}: {msg}") from None
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")  # a whole-config check names its field
+        raise BadInput(f"{source}: {loc + ': ' if loc else ''}{msg}") from None

@@ -26,7 +26,7 @@ class Setting:
         raise ValueError(f"setting {self.name}: expected one of {list(self.domain)}, got {value!r}")
 
     def argv(self, value: Any) -> list[str]:
-        if self.flag is None or value == DEFAULT or value is False:
+        if self.flag is None or value in (DEFAULT, self.default) or value is False:
             return []
         return [self.flag] if value is True else [self.flag, str(value)]
 
@@ -61,7 +61,7 @@ class Engine:
         env: dict[str, str] = {}
         for s in self.settings:
             v = values.get(s.name, s.default)
-            if s.env is not None and v != DEFAULT:
+            if s.env is not None and v not in (DEFAULT, s.default):
                 env[s.env] = str(v)
             flags += s.argv(v)
         return flags, env

@@ -32,7 +32,10 @@ class ServingWorkload(Untuned, Workload):
 
     # -- runtime settings: the engine's, as the registry declares them --------------------------
     def runtime_dims(self) -> dict[str, list[Any]]:
-        return {} if self.cfg.attach else self.engine.dims()
+        if self.cfg.attach:
+            return {}
+        dims = self.engine.dims()
+        return {k: dims[k] for k in self.cfg.search} if self.cfg.search else dims
 
     def runtime_settings(self) -> dict[str, Any]:
         return dict(self.runtime)
