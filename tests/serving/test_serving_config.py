@@ -115,3 +115,15 @@ def test_the_cli_answers_a_bad_serving_config_with_one_line_and_exit_2(tmp_path)
                    "--knob", "none", "--workload", f"vllm:{bad}", "--budget", "1"], tmp_path)
     assert_one_line(r, rf"{bad}: concurrency: a non-empty list")
     assert not (tmp_path / "state" / "trials.db").exists()
+
+
+def test_a_users_domain_replaces_the_registrys_and_must_hold_the_default():
+    cfg = load("model=/m,engine_python=/p,domains.kv-cache-memory-bytes=default+65536,"
+               "domains.enforce-eager=false")
+    wl = ServingWorkload(cfg)
+    assert wl.runtime_dims()["kv-cache-memory-bytes"] == ["default", 65536]
+    assert wl.runtime_dims()["enforce-eager"] == [False]
+    wl.configure({"kv-cache-memory-bytes": 65536})
+    assert wl.launch()[0] == ["--kv-cache-memory-bytes", "65536"]
+    with pytest.raises(BadInput, match="domains.max-num-seqs: expected a list holding the default"):
+        load("model=/m,engine_python=/p,domains.max-num-seqs=8+16")

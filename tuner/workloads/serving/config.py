@@ -25,6 +25,8 @@ class ServingConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # server environment (e.g. VLLM_CPU_KVCACHE_SPACE)
     #: the engine settings a search starts from (engines.py names them); absent: the engine's default
     settings: dict[str, Any] = Field(default_factory=dict)
+    #: per engine setting, the values a search tries instead of the registry's
+    domains: dict[str, list[Any]] = Field(default_factory=dict)
     #: the engine settings a search walks (`runtime.<name>`); empty: all the engine declares
     search: list[str] = Field(default_factory=list)
     input_len: int = Field(128, gt=0)
@@ -58,15 +60,19 @@ class ServingConfig(BaseModel):
             raise ValueError("model: a model dir or name is required")
         if self.attach is None and not self.python():
             raise ValueError(f"engine_python: required (or set ${PYTHON_ENV})")
-        from tuner.workloads.serving.engines import engine
-
-        eng = engine(self.engine)
+        eng = self.settings_engine()
         self.settings = eng.validate(self.settings)  # ValueError naming the setting
         unknown = [k for k in self.search if k not in eng.by_name()]
         if unknown:
             raise ValueError(f"search: {self.engine} has no setting {unknown[0]!r} "
                              f"(expected some of {sorted(eng.by_name())})")
         return self
+
+    def settings_engine(self) -> Any:
+        """The engine's settings registry entry, with this config's domains."""
+        from tuner.workloads.serving.engines import engine
+
+        return engine(self.engine).with_domains(self.domains)
 
     def python(self) -> Optional[str]:
         return self.engine_python or os.environ.get(PYTHON_ENV) or None
@@ -79,8 +85,8 @@ _LISTS = {"concurrency", "search"}
 
 
 def _inline(text: str) -> dict[str, Any]:
-    """`k=v,k=v`: lists joined by '+', `flags` split as a shell would, `env.NAME=V` and
-    `setting.NAME=V` into their tables."""
+    """`k=v,k=v`: lists joined by '+', `flags` split as a shell would, `env.NAME=V`,
+    `setting.NAME=V` and `domains.NAME=V+V` into their tables."""
     out: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, val = part.partition("=")
@@ -91,12 +97,27 @@ def _inline(text: str) -> dict[str, Any]:
             out["flags"] = shlex.split(val)
         elif key in _LISTS:
             out[key] = [v for v in val.split("+") if v]
+        elif key.startswith("domains."):
+            out.setdefault("domains", {})[key[len("domains."):]] = [_scalar(v) for v in val.split("+")]
         elif key.startswith(("env.", "setting.")):
             table, _, name = key.partition(".")
             out.setdefault("env" if table == "env" else "settings", {})[name] = val
         else:
             out[key] = val
     return out
+
+
+def _scalar(text: str) -> Any:
+    """An inline domain value as TOML would type it: int, float, bool, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
 
 
 def _file(path: Path) -> dict[str, Any]:

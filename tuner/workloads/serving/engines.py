@@ -55,6 +55,21 @@ class Engine:
     def dims(self) -> dict[str, list[Any]]:
         return {s.name: list(s.domain) for s in self.settings}
 
+    def with_domains(self, domains: Mapping[str, Sequence[Any]]) -> "Engine":
+        """This engine with some settings' domains replaced (a user's wider or narrower list);
+        ValueError for a name it lacks or a domain without the setting's default."""
+        from dataclasses import replace
+
+        known = self.by_name()
+        for k, dom in domains.items():
+            if k not in known:
+                raise ValueError(f"domains: {self.name} has no setting {k!r}")
+            if not dom or known[k].default not in dom:
+                raise ValueError(f"domains.{k}: expected a list holding the default "
+                                 f"{known[k].default!r}")
+        return replace(self, settings=tuple(replace(s, domain=tuple(domains[s.name]))
+                                            if s.name in domains else s for s in self.settings))
+
     def launch(self, values: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
         """(server flags, server environment) for settings `values` (names validated)."""
         flags: list[str] = []
@@ -75,6 +90,8 @@ VLLM = Engine("vllm", (
     # vLLM 0.32 takes the compilation level as --optimization-level 0..3 (-O2 its default)
     Setting("optimization-level", (0, 1, 2, 3), flag="--optimization-level", default=2),
     Setting("enforce-eager", (False, True), flag="--enforce-eager", default=False),
+    # the KV-cache space: bytes as a flag (any build), GiB in the CPU build's variable
+    Setting("kv-cache-memory-bytes", (DEFAULT, 1 << 30, 2 << 30, 4 << 30), flag="--kv-cache-memory-bytes"),
     # the CPU build's KV-cache space (GiB) and OpenMP thread binding
     Setting("VLLM_CPU_KVCACHE_SPACE", (DEFAULT, 1, 2, 4), env="VLLM_CPU_KVCACHE_SPACE"),
     Setting("VLLM_CPU_OMP_THREADS_BIND", (DEFAULT, "auto", "nobind"), env="VLLM_CPU_OMP_THREADS_BIND"),

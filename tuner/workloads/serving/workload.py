@@ -13,7 +13,6 @@ from tuner.trial import Measurement
 from tuner.workloads.base import Untuned, Workload
 from tuner.workloads.serving import bench
 from tuner.workloads.serving.config import ServingConfig, load
-from tuner.workloads.serving.engines import engine
 from tuner.workloads.serving.result import size, to_measurement
 from tuner.workloads.serving.server import EngineFailed, EngineServer, healthy
 
@@ -24,7 +23,7 @@ class ServingWorkload(Untuned, Workload):
 
     def __init__(self, cfg: ServingConfig):
         self.cfg = cfg
-        self.engine = engine(cfg.engine)
+        self.engine = cfg.settings_engine()
         self.name = cfg.engine
         self.runtime: dict[str, Any] = {**self.engine.defaults(), **cfg.settings}
         self.servers: dict[str, EngineServer] = {}  # settings key -> running server, oldest first
