@@ -94,7 +94,8 @@ def test_bad_inline_input_is_one_bad_input_naming_the_field(args, field, monkeyp
         load(args)
 
 
-def test_bad_files_are_one_line_naming_the_file(tmp_path):
+def test_bad_files_are_one_line_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("METALTUNE_VLLM_PYTHON", raising=False)
     bad = tmp_path / "serve.toml"
     bad.write_text("model = \n")
     with pytest.raises(BadInput, match=f"{bad}: not valid TOML"):
@@ -125,5 +126,5 @@ def test_a_users_domain_replaces_the_registrys_and_must_hold_the_default():
     assert wl.runtime_dims()["enforce-eager"] == [False]
     wl.configure({"kv-cache-memory-bytes": 65536})
     assert wl.launch()[0] == ["--kv-cache-memory-bytes", "65536"]
-    with pytest.raises(BadInput, match="domains.max-num-seqs: expected a list holding the default"):
+    with pytest.raises(BadInput, match="domains.max-num-seqs: expected a list holding the start value 'default'"):
         load("model=/m,engine_python=/p,domains.max-num-seqs=8+16")

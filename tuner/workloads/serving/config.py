@@ -62,6 +62,9 @@ class ServingConfig(BaseModel):
             raise ValueError(f"engine_python: required (or set ${PYTHON_ENV})")
         eng = self.settings_engine()
         self.settings = eng.validate(self.settings)  # ValueError naming the setting
+        for k, v in {**eng.defaults(), **self.settings}.items():  # the incumbent is in the space
+            if k in self.domains and v not in eng.by_name()[k].domain:
+                raise ValueError(f"domains.{k}: expected a list holding the start value {v!r}")
         unknown = [k for k in self.search if k not in eng.by_name()]
         if unknown:
             raise ValueError(f"search: {self.engine} has no setting {unknown[0]!r} "

@@ -6,6 +6,7 @@ no listener on its port is left. Its output goes to a log file whose end a failu
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,6 +21,8 @@ from kernelsearch.harness.confine import die_with_parent
 from tuner.errors import WorkloadFailed
 
 TAIL = 2000
+_PREFIX = re.compile(r"^\(\w+ pid=\d+\) (ERROR|WARNING|INFO) [^\]]*\] ")  # vLLM's per-process prefix
+_ERROR = re.compile(r"^[\w.]*(Error|Exception): ")
 
 
 class EngineFailed(WorkloadFailed):
@@ -77,6 +80,19 @@ class EngineServer:
         except OSError:
             return ""
 
+    def cause(self) -> str:
+        """The first error line of the log (the root cause: the engine's own traceback ends in a
+        generic "initialization failed" well after it), "" when none; for the message only."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                for line in f:
+                    text = _PREFIX.sub("", line.strip())
+                    if _ERROR.match(text) or ": error: " in text:
+                        return text[:500]
+        except OSError:
+            pass
+        return ""
+
     def start(self) -> "EngineServer":
         parent = os.getpid()
 
@@ -98,7 +114,8 @@ class EngineServer:
                 code = self.proc.returncode
                 self.stop()
                 raise EngineFailed("engine_start_failed",
-                                   f"engine exited {code} before it was ready; log ends: {self.tail()!r}")
+                                   f"engine exited {code} before it was ready: {self.cause()}; "
+                                   f"log ends: {self.tail()!r}")
             if healthy(self.url):
                 self.ready_s = time.monotonic() - t0
                 return self

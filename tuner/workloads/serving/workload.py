@@ -27,7 +27,7 @@ class ServingWorkload(Untuned, Workload):
         self.name = cfg.engine
         self.runtime: dict[str, Any] = {**self.engine.defaults(), **cfg.settings}
         self.servers: dict[str, EngineServer] = {}  # settings key -> running server, oldest first
-        self.starts = 0  # servers started (the tests and the report count them)
+        self.ports: list[int] = []  # of every server started, in order (each checked free at stop)
 
     # -- runtime settings: the engine's, as the registry declares them --------------------------
     def runtime_dims(self) -> dict[str, list[Any]]:
@@ -68,7 +68,7 @@ class ServingWorkload(Untuned, Workload):
             flags, env = self.launch()
             srv = EngineServer(str(self.cfg.python()), str(self.cfg.model), flags, env,
                                start_timeout_s=min(self.cfg.start_timeout_s, timeout_s or 1e9))
-            self.starts += 1
+            self.ports.append(srv.port)
             srv.start()  # EngineFailed: start failed or timed out; nothing left running
         self.servers[key] = srv  # the newest last
         return srv
