@@ -120,3 +120,28 @@ def test_a_search_over_engine_settings_with_host_knobs_measures_every_trial_with
         kinds.update(t["measurements"]["changed"]["kinds"])
     assert kinds == {"host", "runtime"}  # engine settings and host knobs both searched
     assert not _children()  # every server the search started was stopped
+
+
+def test_compare_shows_the_serving_rows_for_each_target(served, model, tmp_path, capsys):
+    """`compare local sim://DIR --serving vllm:...,attach=URL`: both targets measure the running
+    server (attach mode: nothing started or stopped), and the report has goodput, p99 latency and
+    output tok/s rows per ladder size beside the suite's, each with a ratio to the baseline."""
+    from tests.simhelpers import run_cli
+    from tuner.sim.hostinit import init_host
+
+    url = served._server(None).url  # the incumbent's server, running since the first test
+    root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
+    rc, out, err = run_cli(capsys, "compare", "local", f"sim://{root}", "--repeats", "2", "--only",
+                           "host_mem_bw_gbps", "--serving",
+                           f"vllm:model={model},attach={url},concurrency=2,num_prompts=8,"
+                           "input_len=32,output_len=16,ttft_ms=1000,tpot_ms=100", "--json")
+    assert rc == 0, err
+    rows = {m["name"]: m for m in json.loads(out)["metrics"]}
+    for name in ("serving_goodput_rps@c=2", "serving_output_tok_s@c=2", "serving_ttft_p99_ms@c=2",
+                 "serving_tpot_p99_ms@c=2", "serving_e2el_p99_ms@c=2"):
+        row = rows[name]
+        assert [t["target"] for t in row["targets"]] == ["local", f"sim://{root}"]
+        for t in row["targets"]:
+            assert not t.get("error") and not t.get("skipped"), t
+        assert row["comparisons"], row  # a ratio of the second to the first, with its interval
+    assert "host_mem_bw_gbps" in rows and served.servers[served._key()].alive()

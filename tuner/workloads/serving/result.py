@@ -37,6 +37,7 @@ def to_measurement(runs: Sequence[Mapping[str, Any]], extra: Optional[dict[str, 
     ex = dict(extra or {})
     ex["per_size_goodput_samples"] = good
     ex["latency_ms"] = {k: {f: statistics.median(v) for f, v in d.items()} for k, d in lat.items()}
+    ex["latency_samples_ms"] = lat
     ex["completed"] = {k: sum(int(r["completed"]) for r in runs if size(int(r["concurrency"])) == k)
                        for k in tput}
     ex["failed"] = {k: sum(int(r.get("failed") or 0) for r in runs if size(int(r["concurrency"])) == k)

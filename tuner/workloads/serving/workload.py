@@ -5,9 +5,11 @@ running servers instead of restarting one per side), or against the `attach` URL
 started, restarted or stopped (host-knob searches of a running deployment)."""
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Mapping, Optional
 
+from tuner import redact
 from tuner.errors import WorkloadFailed
 from tuner.trial import Measurement
 from tuner.workloads.base import Untuned, Workload
@@ -15,6 +17,9 @@ from tuner.workloads.serving import bench
 from tuner.workloads.serving.config import ServingConfig, load
 from tuner.workloads.serving.result import size, to_measurement
 from tuner.workloads.serving.server import EngineFailed, EngineServer, healthy
+
+
+_SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSW", re.I)
 
 
 class ServingWorkload(Untuned, Workload):
@@ -27,6 +32,9 @@ class ServingWorkload(Untuned, Workload):
         self.name = cfg.engine
         self.runtime: dict[str, Any] = {**self.engine.defaults(), **cfg.settings}
         self.servers: dict[str, EngineServer] = {}  # settings key -> running server, oldest first
+        for k, v in cfg.env.items():  # a token in the server's environment never reaches a log
+            if _SECRET.search(k):
+                redact.remember(v)
         self.ports: list[int] = []  # of every server started, in order (each checked free at stop)
 
     # -- runtime settings: the engine's, as the registry declares them --------------------------
@@ -47,6 +55,11 @@ class ServingWorkload(Untuned, Workload):
 
     def configure(self, runtime: Mapping[str, Any]) -> None:
         self.runtime = {**self.engine.defaults(), **self.engine.validate(runtime or {})}
+
+    @staticmethod
+    def public_env(env: Mapping[str, str]) -> dict[str, str]:
+        """`env` as records show it: secret-looking variables' values masked."""
+        return {k: redact.MASK if _SECRET.search(k) else v for k, v in env.items()}
 
     def launch(self) -> tuple[list[str], dict[str, str]]:
         """(server flags, server environment) for the settings in force."""
@@ -108,7 +121,7 @@ class ServingWorkload(Untuned, Workload):
         flags, env = self.launch()
         extra = {"engine": self.engine.name, "settings": dict(self.runtime),
                  "server": {"attach": url} if srv is None else
-                 {"flags": flags, "env": env, "ready_s": srv.ready_s},
+                 {"flags": flags, "env": self.public_env(env), "ready_s": srv.ready_s},
                  "bench": {"input_len": self.cfg.input_len, "output_len": self.cfg.output_len,
                            "num_prompts": self.cfg.num_prompts, "ttft_ms": self.cfg.ttft_ms,
                            "tpot_ms": self.cfg.tpot_ms, "repeats": repeats},
