@@ -132,7 +132,7 @@ def test_compare_shows_the_serving_rows_for_each_target(served, model, tmp_path,
     url = served._server(None).url  # the incumbent's server, running since the first test
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     rc, out, err = run_cli(capsys, "compare", "local", f"sim://{root}", "--repeats", "2", "--only",
-                           "host_mem_bw_gbps", "--serving",
+                           "serving", "--serving",
                            f"vllm:model={model},attach={url},concurrency=2,num_prompts=8,"
                            "input_len=32,output_len=16,ttft_ms=1000,tpot_ms=100", "--json")
     assert rc == 0, err
@@ -144,4 +144,5 @@ def test_compare_shows_the_serving_rows_for_each_target(served, model, tmp_path,
         for t in row["targets"]:
             assert not t.get("error") and not t.get("skipped"), t
         assert row["comparisons"], row  # a ratio of the second to the first, with its interval
-    assert "host_mem_bw_gbps" in rows and served.servers[served._key()].alive()
+    assert all(n.startswith("serving_") for n in rows)  # --only serving: no suite row
+    assert served.servers[served._key()].alive()

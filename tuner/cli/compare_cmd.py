@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
         repeats: int = typer.Option(7, "--repeats", min=2, help="Repeats per metric (the spread needs 2+)."),
         quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run, not numbers to quote."),
-        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated metric names."),
+        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated metric names ('serving': the --serving rows alone)."),
         serving: Optional[str] = typer.Option(None, "--serving", help="Also measure a serving engine on each target: vllm:<serve.toml|yaml> or vllm:model=DIR[,key=value...] (docs/serving.md)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Noise seed for simulated hosts (reproducible runs)."),
         identity: Optional[Path] = typer.Option(None, "--identity", "-i", help="SSH private key file."),
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         if len(set(labels)) != len(labels):
             raise BadInput(f"TARGET: each target must be different, got {labels}")
         only_l = [s.strip() for s in only.split(",") if s.strip()] if only else None
-        bad = sorted(set(only_l or []) - set(suite.METRICS))
+        bad = sorted(set(only_l or []) - set(suite.METRICS) - ({"serving"} if serving else set()))
         if bad:
             raise BadInput(f"--only: unknown metric(s) {bad}; expected some of {list(suite.METRICS)}")
         serving_args = None

@@ -28,13 +28,13 @@ def collect(sim_root: str | None = None, repeats: int = 7, quick: bool = False,
     from tuner.host import open_host
 
     log = log or (lambda s: print(f"[compare] {s}", file=sys.stderr, flush=True))
-    unknown = (only or set()) - set(suite.METRICS)
+    unknown = (only or set()) - set(suite.METRICS) - {"serving"}
     if unknown:
         raise ValueError(f"--only: unknown metrics {sorted(unknown)}; known: {list(suite.METRICS)}")
     t0 = time.time()
     host = open_host("sim" if sim_root else "real", sim_root)
     cfg = suite.Config(repeats=repeats, quick=quick, only=only)
-    if facts_only:
+    if facts_only or only == {"serving"}:  # `--only serving`: the serving rows alone
         facts, metrics = factsmod.collect(host), []
     elif host.backend == "sim":
         from tuner.compare import simbench
