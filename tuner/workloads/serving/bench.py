@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from kernelsearch.harness.confine import die_with_parent
 from tuner.workloads.serving.config import ServingConfig
-from tuner.workloads.serving.server import TAIL, EngineFailed
+from tuner.workloads.serving.server import TAIL, EngineFailed, engine_env
 
 DRIVER = Path(__file__).with_name("bench_driver.py")
 
@@ -48,7 +48,8 @@ def run(cfg: ServingConfig, url: str, ladder: Sequence[int], repeats: int,
                 *bench_args(cfg, url)]
         with open(Path(d) / "client.log", "wb+") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, cwd=d, preexec_fn=preexec)
+                                    stdin=subprocess.DEVNULL, cwd=d, env=engine_env({}),
+                                    preexec_fn=preexec)
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:

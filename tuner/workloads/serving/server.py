@@ -56,6 +56,13 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def engine_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The engine's environment: ours without our module path (the engine has its own
+    environment; metaltune's PYTHONPATH would shadow what is installed there), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, **extra}
+
+
 class EngineServer:
     """One server process group: `start()` (EngineFailed when it does not get ready), `stop()`."""
 
@@ -65,7 +72,7 @@ class EngineServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                      "--host", "127.0.0.1", "--port", str(self.port), *flags]
-        self.env = {**os.environ, **env}
+        self.env = engine_env(env)
         self.start_timeout_s = start_timeout_s
         fd, self.log_path = tempfile.mkstemp(prefix="metaltune-engine-", suffix=".log", dir=log_dir)
         os.close(fd)
@@ -81,17 +88,18 @@ class EngineServer:
             return ""
 
     def cause(self) -> str:
-        """The first error line of the log (the root cause: the engine's own traceback ends in a
-        generic "initialization failed" well after it), "" when none; for the message only."""
+        """The last error line of the log that is not vLLM's generic "see root cause above" (the
+        root cause: logged errors it survived come earlier), "" when none; for the message only."""
+        found = ""
         try:
             with open(self.log_path, errors="replace") as f:
                 for line in f:
                     text = _PREFIX.sub("", line.strip())
-                    if _ERROR.match(text) or ": error: " in text:
-                        return text[:500]
+                    if (_ERROR.match(text) or ": error: " in text) and "root cause above" not in text:
+                        found = text[:500]
         except OSError:
             pass
-        return ""
+        return found
 
     def start(self) -> "EngineServer":
         parent = os.getpid()
