@@ -51,6 +51,7 @@ def main() -> int:
     ap.add_argument("--model", help="a model dir (default: a config-built tiny Llama)")
     ap.add_argument("--budget", type=int, default=12, help="search trials (at most 20)")
     ap.add_argument("--rounds", type=int, default=5, help="paired rounds measured after the search")
+    ap.add_argument("--search-rounds", type=int, default=2, help="A/B pairs per search trial")
     ap.add_argument("--search", default=SEARCHED, help="engine settings searched, joined by '+'")
     ap.add_argument("--objective", default="throughput")
     ap.add_argument("--serving", default="concurrency=4+16,num_prompts=64,input_len=128,output_len=64,"
@@ -74,7 +75,7 @@ def main() -> int:
         cli("sim", "init", str(sim))
     res = json.loads(cli("--backend", "sim", "--sim-root", str(sim), "--state-dir", str(state), "search",
                          "mixed", "--knob", "none", "--workload", f"vllm:{base},search={a.search}",
-                         "--budget", str(a.budget), "--rounds", "2", "--repeats", "1",
+                         "--budget", str(a.budget), "--rounds", str(a.search_rounds), "--repeats", "1",
                          "--objective", a.objective, "--json"))
     kept = res["kept"]["runtime"]
     print(f"search: {res['trials']} trials, {res['by_verdict']}; kept {kept or 'nothing'}", flush=True)

@@ -136,7 +136,8 @@ def test_compare_shows_the_serving_rows_for_each_target(served, model, tmp_path,
     root = init_host(tmp_path / "h200", "h200", seed=2, os_tree=False)
     rc, out, err = run_cli(capsys, "compare", "local", f"sim://{root}", "--repeats", "2", "--only",
                            "serving", "--serving",
-                           f"vllm:model={model},attach={url},concurrency=2,num_prompts=8,"
+                           f"vllm:model={model},engine_python={engine_python()},attach={url},"
+                           "concurrency=2,num_prompts=8,"
                            "input_len=32,output_len=16,ttft_ms=1000,tpot_ms=100", "--json")
     assert rc == 0, err
     rows = {m["name"]: m for m in json.loads(out)["metrics"]}

@@ -40,7 +40,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
+    """No socket listens on `port` (connections in TIME_WAIT, which outlive every process, do
+    not count: SO_REUSEADDR binds past them, never past a listener)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -67,13 +70,14 @@ class EngineServer:
     """One server process group: `start()` (EngineFailed when it does not get ready), `stop()`."""
 
     def __init__(self, python: str, model: str, flags: Sequence[str], env: Mapping[str, str],
-                 start_timeout_s: float = 300.0, log_dir: Optional[str] = None):
+                 start_timeout_s: float = 300.0, log_dir: Optional[str] = None, grace_s: float = 15.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                      "--host", "127.0.0.1", "--port", str(self.port), *flags]
         self.env = engine_env(env)
         self.start_timeout_s = start_timeout_s
+        self.grace_s = grace_s  # SIGTERM to SIGKILL
         fd, self.log_path = tempfile.mkstemp(prefix="metaltune-engine-", suffix=".log", dir=log_dir)
         os.close(fd)
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -145,13 +149,14 @@ class EngineServer:
             raise EngineFailed("engine_crashed", f"engine exited {code} while measured; log ends: "
                                f"{self.tail()!r}")
 
-    def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM to the whole group, SIGKILL after `grace_s`; then the group must be gone and
+    def stop(self, grace_s: Optional[float] = None) -> None:
+        """SIGTERM to the whole group, SIGKILL after `grace_s` (default: the server's); then the group must be gone and
         the port free (OperationFailed-style WorkloadFailed otherwise: a leak is never silent)."""
         if self.proc is None:
             return
         pgid = self.proc.pid
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for sig, wait in ((signal.SIGTERM, self.grace_s if grace_s is None else grace_s),
+                          (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(pgid, sig)
             except ProcessLookupError:
