@@ -25,6 +25,15 @@ def _children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
 
+def _only_served_left(served: ServingWorkload) -> bool:
+    """The module's incumbent server (its process group) is all this process still runs."""
+    kids = _children()
+    srv = served.servers.get(served._key())
+    if srv is None:  # this test alone: the module started no server
+        return not kids
+    return bool(kids) and all(os.getpgid(p.pid) == srv.proc.pid for p in kids)
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
@@ -85,12 +94,11 @@ def test_a_candidate_the_engine_cannot_start_is_rejected_with_its_log_and_nothin
     assert failed not in before and port_free(failed)
     # only the incumbent's server is left, still serving
     assert list(served.servers) == [served._key()] and served.servers[served._key()].alive()
-    kids = _children()
-    assert kids and all(os.getpgid(p.pid) == served.servers[served._key()].proc.pid for p in kids)
+    assert _only_served_left(served)
 
 
 def test_a_search_over_engine_settings_with_host_knobs_measures_every_trial_with_the_client(
-        base, tmp_path, capsys):
+        base, served, tmp_path, capsys):
     """8 trials on a simulated host's knobs and the engine's enforce-eager: a trial that changes
     only host knobs runs on the incumbent's server (same flags); the eager server is started once
     and kept beside it, so the search starts two servers, not one per side of every pair."""
@@ -122,7 +130,7 @@ def test_a_search_over_engine_settings_with_host_knobs_measures_every_trial_with
                 assert m["extra"]["latency_ms"]["c=4"]["p99_ttft_ms"] > 0
         kinds.update(t["measurements"]["changed"]["kinds"])
     assert kinds == {"host", "runtime"}  # engine settings and host knobs both searched
-    assert not _children()  # every server the search started was stopped
+    assert _only_served_left(served)  # every server the search started was stopped
 
 
 def test_compare_shows_the_serving_rows_for_each_target(served, model, tmp_path, capsys):
