@@ -92,8 +92,15 @@ class ServingWorkload(Untuned, Workload):
             srv.close()
 
     def close(self) -> None:
+        """Stop every server; a leak one of them left is raised after all were stopped."""
+        errors = []
         while self.servers:
-            self.servers.pop(next(iter(self.servers))).close()
+            try:
+                self.servers.pop(next(iter(self.servers))).close()
+            except WorkloadFailed as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     # -- one measurement -----------------------------------------------------------------------
     def measure(self, repeats: int = 1, timeout_s: Optional[float] = None) -> Measurement:
