@@ -46,6 +46,17 @@ def paired_ci(a: list[float], b: list[float], resamples: int = 4000, seed: int =
     return statistics.fmean(r), means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
+def search(a: argparse.Namespace, sim: Path, state: Path, base: str) -> dict:
+    """The search's kept engine settings."""
+    res = json.loads(cli("--backend", "sim", "--sim-root", str(sim), "--state-dir", str(state), "search",
+                         "mixed", "--knob", "none", "--workload", f"vllm:{base},search={a.search}",
+                         "--budget", str(a.budget), "--rounds", str(a.search_rounds), "--repeats", "1",
+                         "--objective", a.objective, "--json"))
+    kept = res["kept"]["runtime"]
+    print(f"search: {res['trials']} trials, {res['by_verdict']}; kept {kept or 'nothing'}", flush=True)
+    return kept
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", help="a model dir (default: a config-built tiny Llama)")
@@ -59,27 +70,24 @@ def main() -> int:
                     "setting.kv-cache-memory-bytes=1073741824",
                     help="the serving config's other key=value pairs")
     ap.add_argument("--work", default=None, help="work dir (default: a temp dir)")
+    ap.add_argument("--kept", default=None, help="JSON of kept settings: skip the search, measure these")
     a = ap.parse_args()
     if not 1 <= a.budget <= 20:
         ap.error("--budget: expected 1..20")
     work = Path(a.work or tempfile.mkdtemp(prefix="bench-serving-"))
     model = a.model
     if model is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from vllmhelpers import tiny_llama
+        from tests.vllmhelpers import tiny_llama
 
         model = str(tiny_llama(work / "model"))
     base = f"model={model},{a.serving}"
     sim, state = work / "sim", work / "state"
     if not sim.exists():
         cli("sim", "init", str(sim))
-    res = json.loads(cli("--backend", "sim", "--sim-root", str(sim), "--state-dir", str(state), "search",
-                         "mixed", "--knob", "none", "--workload", f"vllm:{base},search={a.search}",
-                         "--budget", str(a.budget), "--rounds", str(a.search_rounds), "--repeats", "1",
-                         "--objective", a.objective, "--json"))
-    kept = res["kept"]["runtime"]
-    print(f"search: {res['trials']} trials, {res['by_verdict']}; kept {kept or 'nothing'}", flush=True)
-
+    if a.kept is not None:
+        kept = json.loads(a.kept)
+    else:
+        kept = search(a, sim, state, base)
     from tuner.workloads.serving.config import load
     from tuner.workloads.serving.workload import ServingWorkload
 
