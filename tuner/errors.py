@@ -43,6 +43,10 @@ class WorkloadHang(OperationFailed):
 class WorkloadFailed(OperationFailed):
     """A workload ran but produced no usable metric."""
 
+    #: the trial's stable reason (tuner.trial.REASONS) where the workload knows one (a serving
+    #: engine that did not start: `engine_start_failed`); None: `measure_failed`
+    code: str | None = None
+
 
 class WorkloadBroken(OperationFailed):
     """A workload's run failed and left its device unusable (a sticky CUDA error such as an

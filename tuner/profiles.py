@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from safety.inputs import compose_yaml, read_text
 from tuner.errors import BadInput
@@ -96,6 +96,28 @@ class Match(BaseModel):
     min_gpus: Optional[int] = None
 
 
+class EngineSetup(BaseModel):
+    """The serving engine a profile was measured with (tuner.workloads.serving): its settings as
+    the registry names them, and the flags and environment they gave the server."""
+    model_config = ConfigDict(extra="forbid")
+    name: str                                 # "vllm"
+    model: Optional[str] = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("settings")
+    @classmethod
+    def _known(cls, v: dict[str, Any], info: Any) -> dict[str, Any]:
+        from tuner.workloads.serving.engines import engine
+
+        eng = engine(info.data.get("name", ""))  # ValueError: an engine the registry lacks
+        unknown = sorted(set(v) - set(eng.by_name()))
+        if unknown:
+            raise ValueError(f"{eng.name} has no setting {unknown[0]!r}")
+        return v
+
+
 class Provenance(BaseModel):
     model_config = ConfigDict(extra="allow")
     source: Optional[str] = None              # "measured", "vendor guidance", "hand-tuned"
@@ -115,6 +137,7 @@ class Provenance(BaseModel):
     throughput_floor: Optional[float] = Field(None, gt=0, le=1)  # energy
     power_budget_w: Optional[float] = Field(None, gt=0)  # power-capped
     tok_per_j_gain_pct: Optional[float] = None  # tokens per joule over the run's start
+    engine: Optional[EngineSetup] = None  # the serving engine it was measured with, if any
 
 
 class ProfileFile(BaseModel):

@@ -22,7 +22,8 @@ def register(app: typer.Typer) -> None:
         as_csv: bool = typer.Option(False, "--csv", help="Print the metrics table as CSV (a header row, then one metric per line; the host facts are in --json)."),
         repeats: int = typer.Option(7, "--repeats", min=2, help="Repeats per metric (the spread needs 2+)."),
         quick: bool = typer.Option(False, "--quick", help="Small sizes: a smoke run, not numbers to quote."),
-        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated metric names."),
+        only: Optional[str] = typer.Option(None, "--only", help="Comma-separated metric names ('serving': the --serving rows alone)."),
+        serving: Optional[str] = typer.Option(None, "--serving", help="Also measure a serving engine on each target: vllm:<serve.toml|yaml> or vllm:model=DIR[,key=value...] (docs/serving.md)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Noise seed for simulated hosts (reproducible runs)."),
         identity: Optional[Path] = typer.Option(None, "--identity", "-i", help="SSH private key file."),
         known_hosts: Optional[Path] = typer.Option(None, "--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)."),
@@ -40,10 +41,18 @@ def register(app: typer.Typer) -> None:
         if len(set(labels)) != len(labels):
             raise BadInput(f"TARGET: each target must be different, got {labels}")
         only_l = [s.strip() for s in only.split(",") if s.strip()] if only else None
-        bad = sorted(set(only_l or []) - set(suite.METRICS))
+        bad = sorted(set(only_l or []) - set(suite.METRICS) - ({"serving"} if serving else set()))
         if bad:
             raise BadInput(f"--only: unknown metric(s) {bad}; expected some of {list(suite.METRICS)}")
-        args = tmod.child_args(repeats, quick, only_l, seed)
+        serving_args = None
+        if serving is not None:
+            from tuner.workloads.serving.config import load
+
+            name, _, serving_args = serving.partition(":")
+            if name != "vllm":
+                raise BadInput(f"--serving: expected vllm:<config>, got {serving!r}")
+            load(serving_args)  # BadInput (exit 2, one line) before any target runs
+        args = tmod.child_args(repeats, quick, only_l, seed, serving_args)
         ssh_opts = {"key": identity, "known_hosts": known_hosts, "trust_new": trust_new}
         results, ok_labels, failures = [], [], []
         for t in parsed:

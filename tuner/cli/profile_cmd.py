@@ -109,13 +109,14 @@ def register(app: typer.Typer) -> None:
                    name: Optional[str] = typer.Option(None, "--name", help="Name of the exported profile."),
                    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout."),
                    kernels: Optional[Path] = typer.Option(None, "--kernels", help="Carry this dispatch table (JSON) as the profile's kernels."),
+                   engine: Optional[str] = typer.Option(None, "--engine", help="Record the serving engine it was measured with: vllm:<serve.toml> (its settings, flags, environment) in provenance.engine."),
                    as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
         """A self-contained YAML profile (includes flattened), what a search kept, or this host's current values.
         Stored kernel sources its kernels name (src:<sha256>) are bundled, so `apply` on
         another host can verify and install them."""
         res = invoke(settings(ctx), "profile_export", profile=profile, from_host=from_host,
                      new_name=name, kernels=str(kernels) if kernels else None,
-                     from_search=from_search)
+                     from_search=from_search, engine=engine)
         if output is not None:
             output.write_text(res["yaml"])
         if as_json:

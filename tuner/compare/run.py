@@ -22,19 +22,19 @@ SCHEMA = "metaltune.compare.run/1"
 
 def collect(sim_root: str | None = None, repeats: int = 7, quick: bool = False,
             only: set[str] | None = None, seed: int | None = None,
-            log: Any = None, facts_only: bool = False) -> dict[str, Any]:
+            log: Any = None, facts_only: bool = False, serving: str | None = None) -> dict[str, Any]:
     from tuner.compare import facts as factsmod
     from tuner.compare import suite
     from tuner.host import open_host
 
     log = log or (lambda s: print(f"[compare] {s}", file=sys.stderr, flush=True))
-    unknown = (only or set()) - set(suite.METRICS)
+    unknown = (only or set()) - set(suite.METRICS) - {"serving"}
     if unknown:
         raise ValueError(f"--only: unknown metrics {sorted(unknown)}; known: {list(suite.METRICS)}")
     t0 = time.time()
     host = open_host("sim" if sim_root else "real", sim_root)
     cfg = suite.Config(repeats=repeats, quick=quick, only=only)
-    if facts_only:
+    if facts_only or only == {"serving"}:  # `--only serving`: the serving rows alone
         facts, metrics = factsmod.collect(host), []
     elif host.backend == "sim":
         from tuner.compare import simbench
@@ -46,6 +46,10 @@ def collect(sim_root: str | None = None, repeats: int = 7, quick: bool = False,
         # read after the benchmarks: an idle GPU trains its PCIe link down (Gen1 at idle)
         facts = factsmod.collect(host)
     host.close()
+    if serving is not None and not facts_only:  # the engine runs here, on a sim target too
+        from tuner.compare import serving as serving_rows
+
+        metrics += serving_rows.metrics(serving, repeats, log)
     return {
         "schema": SCHEMA,
         "hostname": socket.gethostname(),
@@ -55,7 +59,8 @@ def collect(sim_root: str | None = None, repeats: int = 7, quick: bool = False,
         "duration_s": round(time.time() - t0, 2),
         "python": platform.python_version(),
         "software": _software(host.backend == "real"),
-        "config": {"repeats": repeats, "quick": quick, "only": sorted(only) if only else None},
+        "config": {"repeats": repeats, "quick": quick, "only": sorted(only) if only else None,
+                   "serving": serving},
         "facts": facts,
         "notes": [simbench_note()] if host.backend == "sim" else [],
         "metrics": [m.as_dict() for m in metrics],
@@ -92,13 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="comma-separated metric names")
     p.add_argument("--seed", type=int, default=None, help="noise seed (simulated hosts)")
     p.add_argument("--facts-only", action="store_true", help="host facts, no benchmarks")
+    p.add_argument("--serving", default=None, help="the serving workload's ARGS (as vllm:ARGS)")
     a = p.parse_args(argv)
     if a.repeats < 2:
         print("--repeats: expected 2 or more (a spread needs two samples)", file=sys.stderr)
         return 2
     only = {s.strip() for s in a.only.split(",") if s.strip()} if a.only else None
     try:
-        res = collect(a.sim_root, a.repeats, a.quick, only, a.seed, facts_only=a.facts_only)
+        res = collect(a.sim_root, a.repeats, a.quick, only, a.seed, facts_only=a.facts_only,
+                      serving=a.serving)
     except ValueError as e:
         print(f"tuner.compare.run: error: {e}", file=sys.stderr)
         return 2

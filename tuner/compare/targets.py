@@ -60,8 +60,11 @@ def parse(spec: str) -> Target:
     raise BadInput(f"TARGET {spec!r}: expected 'local', 'sim://DIR' or 'ssh://user@host[:port]'")
 
 
-def child_args(repeats: int, quick: bool, only: list[str] | None, seed: int | None) -> list[str]:
+def child_args(repeats: int, quick: bool, only: list[str] | None, seed: int | None,
+               serving: str | None = None) -> list[str]:
     a = ["--repeats", str(repeats)]
+    if serving is not None:
+        a += ["--serving", serving]
     if quick:
         a.append("--quick")
     if only:

@@ -224,10 +224,12 @@ def profile_diff(settings: Any, a: str, b: Optional[str] = None) -> dict[str, An
 @operation("profile_export", reads=True)
 def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool = False,
                    new_name: Optional[str] = None, kernels: Optional[str] = None,
-                   from_search: Optional[str] = None) -> dict[str, Any]:
+                   from_search: Optional[str] = None, engine: Optional[str] = None,
+                   ) -> dict[str, Any]:
     """A self-contained YAML profile: a profile with its includes flattened, or (from_host) the
     values this host has now, with provenance saying where and when they were read. `kernels`:
-    a dispatch table (JSON) to carry as the profile's `kernels:`. Every stored source the
+    a dispatch table (JSON) to carry as the profile's `kernels:`. `engine`: a serving workload's
+    args (`vllm:ARGS`) whose engine setup goes to `provenance.engine`. Every stored source the
     kernels name is bundled under `kernel_sources:` (tuner.ops.profile_kernels)."""
     import yaml
 
@@ -289,9 +291,28 @@ def profile_export(settings: Any, profile: Optional[str] = None, from_host: bool
             raise BadInput(f"--kernels: {e}") from None
         doc.pop("kernel_sources", None)
         doc = {k: doc[k] for k in doc if k != "provenance"} | {"provenance": doc.get("provenance", {})}
+    if engine:
+        doc.setdefault("provenance", {})["engine"] = _engine_setup(engine)
     doc = profile_kernels.bundle(doc, Path(settings.state_dir))
     return {"yaml": yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=None),
             "profile": doc}
+
+
+def _engine_setup(spec: str) -> dict[str, Any]:
+    """`provenance.engine` from `vllm:ARGS`: the engine's settings, flags and environment as its
+    server gets them (secret-looking variables masked); BadInput for a bad config."""
+    from tuner.profiles import EngineSetup
+    from tuner.workloads.serving.config import load
+    from tuner.workloads.serving.workload import ServingWorkload
+
+    name, _, args = spec.partition(":")
+    if name != "vllm":
+        raise BadInput(f"--engine: expected vllm:<config>, got {spec!r}")
+    wl = ServingWorkload(load(args))
+    flags, env = wl.launch()
+    setup = EngineSetup(name=wl.engine.name, model=wl.cfg.model, settings=wl.runtime_settings(),
+                        flags=flags, env=wl.public_env(env))
+    return setup.model_dump(mode="json")
 
 
 def _block_str(dumper: Any, s: str) -> Any:

@@ -70,7 +70,7 @@ class RuntimeEvaluator:
         try:
             a, b = self.ab(cand_rt)
         except (WorkloadFailed, WorkloadHang) as e:
-            code = "timeout" if isinstance(e, WorkloadHang) else "measure_failed"
+            code = "timeout" if isinstance(e, WorkloadHang) else e.code or "measure_failed"
             if "differ from the plain torch path" in str(e):
                 code = "incorrect"
             trial.gates.append(GateResult(gate="measure", passed=False, code=code, detail=str(e)))

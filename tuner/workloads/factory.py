@@ -127,3 +127,5 @@ register("llama-tp", _lazy("tuner.workloads.tensor_parallel:from_spec"),
          "llama-tp[:PRESET][:tp=N]", takes_args=True)
 register("cmd", _lazy("tuner.workloads.command:from_spec"), "cmd:<command line>",
          takes_args=True)
+register("vllm", _lazy("tuner.workloads.serving.workload:from_spec"),
+         "vllm:<serve.toml|yaml>|vllm:model=DIR[,key=value...]", takes_args=True)

@@ -110,8 +110,8 @@ class HostEvaluator:
                                             "detail": str(e)}, ab.b)
         except WorkloadFailed as e:
             txn.rollback(f"measure failed: {e}")
-            trial.reason = "measure_failed"
-            trial.gates.append(GateResult(gate="measure", passed=False, code="measure_failed", detail=str(e)))
+            trial.reason = e.code or "measure_failed"
+            trial.gates.append(GateResult(gate="measure", passed=False, code=trial.reason, detail=str(e)))
             return trial
         except self.safety.Instability as e:
             return self.rolled_back(trial, self.safety.incident_dict(e), ab.b)

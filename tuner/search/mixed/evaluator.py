@@ -328,7 +328,8 @@ class MixedEvaluator:
                                           detail=str(e)[:500]))
         except WorkloadFailed as e:
             txn.rollback(f"measure failed: {e}")
-            code = "incorrect" if "differ from the plain torch path" in str(e) else "measure_failed"
+            code = ("incorrect" if "differ from the plain torch path" in str(e)
+                    else e.code or "measure_failed")
             trial.verdict, trial.reason = "rejected", code
             trial.gates.append(GateResult(gate="measure", passed=False, code=code, detail=str(e)[:500]))
         except h.safety.Instability as e:  # the transaction already rolled the host back
