@@ -72,3 +72,20 @@ def test_the_plan_is_in_the_json_result(tmp_path):
     r = sim(*SEARCH, "--budget", "2", "--policy", str(small_policy(tmp_path, 5)), "--json")
     res = json.loads(r.stdout)
     assert res["policy_plan"] is None and res["stopped"] is None and res["trials"] == 2
+
+
+def test_a_mixed_search_plans_against_the_hourly_limit_and_stops_there(tmp_path):
+    """search mixed changes host knobs through the same policy: the same plan, stop and refusal."""
+    sim = SimCli(tmp_path, "h200", "--gpus", "1", "--seed", "1")
+    pol = small_policy(tmp_path, 2)
+    mixed = ("search", "mixed", "--workload", "sim", "--knob", "gpu0.power_limit_w", "--timeout",
+             "0.5", "--seed", "1", "--rounds", "1", "--policy", str(pol))
+    r = sim(*mixed, "--budget", "6")
+    assert r.returncode == 0, r.stderr
+    assert "allows changes/hour: gpu0.power_limit_w 2 (2 left); 6 trials need" in r.stderr
+    assert "the search will stop at about trial 2" in r.stdout, r.stdout
+    m = re.search(r"stopped: search stopped after trial (\d+) of 6", r.stdout)
+    assert m and int(m.group(1)) < 6, r.stdout
+    r = sim(*mixed, "--budget", "3", "--json")  # nothing left this hour: refused, nothing run
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and r.stdout == "", (r.stdout, r.stderr)
+    assert "search stopped after trial 0 of 3" in r.stderr

@@ -99,7 +99,7 @@ def test_a_candidate_the_engine_cannot_start_is_rejected_with_its_log_and_nothin
 
 def test_a_search_over_engine_settings_with_host_knobs_measures_every_trial_with_the_client(
         base, served, tmp_path, capsys):
-    """8 trials on a simulated host's knobs and the engine's enforce-eager: a trial that changes
+    """8 trials on a simulated host's knobs and the engine's enforce-eager, kept by goodput: a trial that changes
     only host knobs runs on the incumbent's server (same flags); the eager server is started once
     and kept beside it, so the search starts two servers, not one per side of every pair."""
     from tests.simhelpers import PERMISSIVE, run_cli
@@ -111,7 +111,7 @@ def test_a_search_over_engine_settings_with_host_knobs_measures_every_trial_with
                            "search", "mixed", "--knob", "gpu0.power_limit_w", "--knob",
                            "gpu0.locked_clocks_mhz", "--workload", f"vllm:{base},search=enforce-eager",
                            "--budget", "9", "--rounds", "1", "--repeats", "1", "--seed", "3",
-                           "--policy", PERMISSIVE, "--json")
+                           "--objective", "goodput", "--policy", PERMISSIVE, "--json")
     assert rc == 0, err
     rc, out, err = run_cli(capsys, "--backend", "sim", "--sim-root", str(root), "--state-dir", str(state),
                            "trials", "--json", "--limit", "50")
@@ -122,6 +122,7 @@ def test_a_search_over_engine_settings_with_host_knobs_measures_every_trial_with
     assert all(t["reason"] in ("policy_denied", "duplicate") for t in trials if t not in measured)
     kinds = set()
     for t in measured:
+        assert t["measurements"]["holistic"]["objective"] == "goodput"  # kept by requests/s within SLOs
         sides = t["measurements"]["holistic"]
         for side in ("incumbent", "candidate"):  # both measured by the client: goodput, latencies
             for m in sides[side]:

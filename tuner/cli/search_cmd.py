@@ -102,6 +102,10 @@ def _show_mixed(res: dict, o: object) -> None:
     con.print({"kept": res["kept"]})
     con.print(f"dispatch table ({res['table_entries']} entries) -> {res['table']}")
     print_objective(res)
+    if res.get("policy_plan"):
+        print(res["policy_plan"])
+    if res.get("stopped"):
+        print(f"stopped: {res['stopped']['message']}")
 
 
 search_mixed_cmd = search_app.command("mixed")(model_command(

@@ -6,6 +6,7 @@ MixedEvaluator (tuner.search.mixed.evaluator), the kept dispatch table written t
 from __future__ import annotations
 
 import fnmatch
+import logging
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,6 +38,8 @@ from tuner.sim import register_workloads
 from tuner.trial import Trial
 from tuner.workloads.base import Tunable
 from tuner.workloads.factory import make_held
+
+log = logging.getLogger(__name__)
 
 
 def make_mixed_workload(host: Any, workload: Optional[str], metric_regex: Optional[str],
@@ -184,6 +187,8 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     if objective is not None:  # power-capped: the run starts with every board within the budget
         clamped = clamp_to_budget(chosen, guard, objective,
                                   {n: k.read() for n, k in chosen.items()}, others)
+    rate, plan = rate_plan(guard, chosen, budget)
+    stopped: dict[str, Any] = {}
     ev = build_evaluator(chosen, wl, guard, runtime_dims, slots, start_table, rounds=rounds,
                          repeats=repeats, timeout_s=timeout_s, isolate=isolate,
                          store_dir=sources_dir(guard.state_dir), objective=objective)
@@ -215,7 +220,17 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
             "dims": {d.name: len(d.values) for d in joint.space.dims},
             "baseline": base.model_dump(), "start": start_host,
             "policy": str(guard.policy.source)})
-        res = loop.run(prop, ev, store, run_id, budget, on_trial=on_trial)
+        seen: list[Trial] = []
+
+        def done() -> bool:  # the policy's hourly limit reached: stop and say so
+            if rate is None or not rate.exhausted():
+                return False
+            stopped.update(rate.stopped(len(seen), budget))
+            log.warning(stopped["message"])
+            return True
+
+        res = loop.run(prop, ev, store, run_id, budget, done=done,
+                       on_trial=lambda t: (seen.append(t), on_trial and on_trial(t)))
     final = ev.incumbent_table()
     final.device, final.meta = ev.device, {"run_id": run_id, "by": "metaltune search mixed",
                                            **ev.host.objective.describe()}
@@ -224,7 +239,26 @@ def _run(host: Any, guard: Any, wl: Any, chosen: dict[str, Any],
     return {**summary(res.trials, run_id, inc, start_host, start_rt, base, out, final, joint,
                       round(time.time() - t0, 2)),
             **ev.host.objective.describe(), "budget_clamped": clamped,
+            "policy_plan": plan, "stopped": stopped or None,
             "summary": ev.host.objective.summary([base], kept_side(res.trials) or [base])}
+
+
+def rate_plan(guard: Any, knobs: dict[str, Any], budget: int) -> tuple[Any, Optional[str]]:
+    """The budget against the policy's hourly change limits (tuner.search.rate_budget): refused
+    up front when nothing may change this hour, said when it does not fit; (None, None): no
+    host knob to limit."""
+    if not knobs:
+        return None, None
+    from tuner.errors import OperationFailed
+    from tuner.search import rate_budget
+
+    rate = rate_budget.for_knobs(guard.policy, guard.journal, knobs)
+    if rate.exhausted():
+        raise OperationFailed(rate.stopped(0, budget)["message"])
+    plan = rate.plan(budget, False)
+    if plan:
+        log.warning(plan)  # up front, before the baseline is measured
+    return rate, plan
 
 
 def _suggested_points(joint: Any, suggestions: list[Any]) -> list[dict[str, Any]]:
