@@ -45,7 +45,10 @@ SENTINELS = {
     "torch.cuda.CUDAGraph.replay": (torch.cuda.CUDAGraph, "replay"),
     "torch.Tensor.zero_": (torch.Tensor, "zero_"),
 }
-_SNAPSHOT = {k: getattr(obj, attr) for k, (obj, attr) in SENTINELS.items()}
+#: an attribute a host process has already replaced may be missing: inside vLLM's CPU build
+#: `torch.cuda.Event` is a placeholder class with no `record`; absent is then what is watched
+_ABSENT = object()
+_SNAPSHOT = {k: getattr(obj, attr, _ABSENT) for k, (obj, attr) in SENTINELS.items()}
 
 
 def _snapshot_triton() -> None:
@@ -63,12 +66,16 @@ _snapshot_triton()
 
 def patched() -> list[str]:
     """Names of harness timers/syncs that no longer are what they were at start-up."""
-    return [k for k, (obj, attr) in SENTINELS.items() if getattr(obj, attr) is not _SNAPSHOT[k]]
+    return [k for k, (obj, attr) in SENTINELS.items()
+            if getattr(obj, attr, _ABSENT) is not _SNAPSHOT[k]]
 
 
 def restore() -> None:
     for k, (obj, attr) in SENTINELS.items():
-        setattr(obj, attr, _SNAPSHOT[k])
+        if _SNAPSHOT[k] is not _ABSENT:
+            setattr(obj, attr, _SNAPSHOT[k])
+        elif hasattr(obj, attr):  # added since: take it away again
+            delattr(obj, attr)
 
 
 _dirs: list[str] = []  # the ks-src-* dirs load() made, removed by cleanup()
