@@ -44,13 +44,17 @@ def regions(sass: str) -> list[dict]:
         m = re.search(r"USETMAXREG\.(\w+)\.CTAPOOL (?:UP\d+, )?(0x[0-9a-f]+)", lines[a]) \
             if a in cuts else None
         regs = [int(x) for ln in seg for x in re.findall(r"\bR(\d+)\b", ln)]
+        mm = [i for i, ln in enumerate(seg) if "HGMMA" in ln]
+        loop = seg[mm[0]:mm[-1]] if mm else []  # between its first and last HGMMA: the loop
         rows.append({"op": m.group(1).lower() if m else "entry",
                      "budget": int(m.group(2), 16) if m else None,
                      "instructions": sum(bool(re.match(r"\s*/\*[0-9a-f]{4,}\*/", ln))
                                          for ln in seg),
                      "max_reg": max(regs, default=-1) + 1,
                      "stl": sum(" STL" in ln for ln in seg), "ldl": sum(" LDL" in ln for ln in seg),
-                     "hgmma": sum("HGMMA" in ln for ln in seg)})
+                     "hgmma": sum("HGMMA" in ln for ln in seg),
+                     "stl_mma": sum(" STL" in ln for ln in loop),
+                     "ldl_mma": sum(" LDL" in ln for ln in loop)})
     return [r for r in rows if r["instructions"] > 8]  # the handoffs between setmaxnregs
 
 
@@ -74,7 +78,21 @@ def compiled(fn, sig: dict, attrs: dict, consts: dict, maxnreg: int | None):
                               check=True).stdout
     head = [ln.strip() for ln in ck.asm["ptx"].splitlines()
             if ln.startswith((".maxnreg", ".reqntid", ".maxntid"))]
-    return head, regions(sass)
+    return head, regions(sass), ptxas_spills(ck.asm["ptx"])
+
+
+def ptxas_spills(ptx: str) -> dict:
+    """ptxas -v's whole-kernel figures for this PTX: stack frame, spill store / load bytes."""
+    from triton.backends.nvidia import compiler as nv
+
+    with tempfile.NamedTemporaryFile(suffix=".ptx", mode="w") as f:
+        f.write(ptx)
+        f.flush()
+        r = subprocess.run([nv.get_ptxas(90).path, "-arch=sm_90a", "-v", f.name, "-o",
+                            os.devnull], capture_output=True, text=True, check=True)
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                  r.stderr + r.stdout)
+    return dict(zip(("stack", "stores", "loads"), map(int, m.groups()))) if m else {}
 
 
 def sparse_sig() -> tuple[dict, dict]:
@@ -110,6 +128,11 @@ def kernels() -> list[tuple[str, object, tuple, dict, int | None]]:
     out.append(("dense gluon_pingpong (shipped)", dn._mla_pingpong, dsig, dc, 168))
     ah = _load(ROOT / "benchmarks" / "experiments" / "gluon_ahead.py", "probe_ahead")
     out.append(("dense, S issued ahead (experiment gluon_ahead.py)", ah._mla_ahead, dsig, dc, 168))
+    ss = _load(ROOT / "benchmarks" / "experiments" / "gluon_seesaw.py", "probe_seesaw")
+    sc = {"PAGE": 64, "STAGES": 2, "ONE": False, "num_warps": 4}
+    for lean, what in ((0, "FlashMLA's order, P_a kept in fp32"), (1, "LEAN, P from smem")):
+        out.append((f"dense seesaw LEAN {lean}: {what} (experiment gluon_seesaw.py)",
+                    ss._mla_seesaw, dsig, dict(sc, LEAN=lean), 168))
     return out
 
 
@@ -125,18 +148,20 @@ def main() -> int:
     for name, fn, (sig, attrs), consts, maxnreg in kernels():
         sig = dict(sig, **{k: "constexpr" for k in consts})
         try:
-            head, rows = compiled(fn, sig, attrs, consts, maxnreg)
+            head, rows, spills = compiled(fn, sig, attrs, consts, maxnreg)
         except Exception as ex:  # noqa: BLE001 - a probe: report the kernel that did not build
             print(f"\n{name}: did not compile: {type(ex).__name__}: {str(ex)[:400]}")
             doc.append({"kernel": name, "error": f"{type(ex).__name__}: {str(ex)[:400]}"})
             continue
-        print(f"\n{name}  ({' '.join(head)})")
-        print("| piece | setmaxnreg | instructions | registers used | spill st / ld | HGMMA |")
-        print("|---|---|---|---|---|---|")
+        print(f"\n{name}  ({' '.join(head)}; ptxas: {spills.get('stores')} bytes spill "
+              f"stores, {spills.get('loads')} loads)")
+        print("| piece | setmaxnreg | instructions | registers used | spill st / ld "
+              "| of which in the HGMMA span | HGMMA |")
+        print("|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['op']} | {r['budget'] or '-'} | {r['instructions']} | {r['max_reg']} | "
-                  f"{r['stl']} / {r['ldl']} | {r['hgmma']} |")
-        doc.append({"kernel": name, "ptx_head": head, "pieces": rows})
+                  f"{r['stl']} / {r['ldl']} | {r['stl_mma']} / {r['ldl_mma']} | {r['hgmma']} |")
+        doc.append({"kernel": name, "ptx_head": head, "ptxas_spills": spills, "pieces": rows})
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

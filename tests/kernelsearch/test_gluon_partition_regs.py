@@ -2,7 +2,9 @@
 Gluon kernels' spills rests on, run as a user runs it (a child with Triton 3.6, compiling for
 sm_90 on the CPU). It must find every partition of each kernel, and the facts the README states:
 consumer code runs past the launch's 168 registers under its setmaxnreg, and the two consumer
-warpgroups' budgets add up to what 12 warps share beside the loader."""
+warpgroups' budgets add up to what 12 warps share beside the loader; and docs/mla-round3.md's
+about the seesaw experiment (benchmarks/experiments/gluon_seesaw.py): it compiles, its consumers
+sit at the same ceiling and it spills no less than the dense ping-pong."""
 import json
 import subprocess
 import sys
@@ -25,7 +27,7 @@ def test_probe_finds_each_partition_and_registers_past_the_launch_figure(tmp_pat
                        text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert len(doc) == 4 and all("pieces" in k for k in doc), [k.get("error") for k in doc]
+    assert len(doc) == 6 and all("pieces" in k for k in doc), [k.get("error") for k in doc]
     for k in doc:
         assert ".maxnreg 168" in k["ptx_head"] and ".reqntid 384" in k["ptx_head"], k
         consumers = [p for p in k["pieces"] if p["hgmma"] > 0]
@@ -36,4 +38,16 @@ def test_probe_finds_each_partition_and_registers_past_the_launch_figure(tmp_pat
         loader = [p for p in k["pieces"] if p["budget"] == 40]
         assert loader and sum(p["budget"] for p in consumers) * 128 + 128 * 40 <= 384 * 168, k
     # the table the script prints is the JSON's
-    assert r.stdout.count("| piece |") == 4
+    assert r.stdout.count("| piece |") == 6
+    # the seesaw (both orders): each consumer 68 HGMMA (S over 9 blocks and P V over both tiles'
+    # halves, k16 steps) where the ping-pong's has 52; both at the 232-register ceiling (230
+    # used, as the ping-pong's), and neither spills less than the ping-pong by ptxas's count
+    pp = next(k for k in doc if k["kernel"].startswith("dense gluon_pingpong"))
+    seesaw = [k for k in doc if "seesaw" in k["kernel"]]
+    assert len(seesaw) == 2
+    for k in seesaw:
+        consumers = [p for p in k["pieces"] if p["hgmma"] > 0]
+        assert [p["hgmma"] for p in consumers] == [68, 68], k
+        assert all(p["max_reg"] >= p["budget"] - 2 for p in consumers), consumers
+        assert k["ptxas_spills"]["stores"] >= pp["ptxas_spills"]["stores"] > 0, (k, pp)
+    assert all(p["hgmma"] == 52 for p in pp["pieces"] if p["hgmma"]), pp
