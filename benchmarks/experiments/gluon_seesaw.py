@@ -8,7 +8,7 @@ Three partitions per program of 64 query heads x one split of the context, as gl
 a loader warp brings each [64, 576] latent tile by TMA as nine [64, 64] column blocks into a
 two-stage ring (tile t in stage t % 2); two consumer warpgroups each own half of the output,
 64 heads x 256 columns (O_W, four [64, 64] fp32 accumulators). Unlike the ping-pong, they take
-the tiles a *pair* at a time, both at once (FlashMLA's sm90 dense decode schedule):
+the tiles a *pair* at a time, both at once (FlashMLA's sm90 dense decode schedule; LEAN=0):
 
   warpgroup 0 (tile a = 2j)            warpgroup 1 (tile b = 2j + 1)
   S_a = q K_a^T                        S_b = q K_b^T              (both on the tensor cores)
@@ -20,18 +20,25 @@ the tiles a *pair* at a time, both at once (FlashMLA's sm90 dense decode schedul
   O_0 = O_0 alpha1 + P_b V_b[0:256]    (P_b from smem)
 
 so warpgroup 0's softmax runs while warpgroup 1's S is on the tensor cores and the other way
-round, and neither holds more than its half of O. The exchange is four mbarriers a pair (max
-and factor each way, then each P); P goes over its tile's rope block (block 8, read by nobody
-after S). Every wgmma is waited before each mbarrier wait (ptxas serializes a kernel's wgmma
-when one stays in flight across a branch, see gluon_ahead.py), so a warpgroup's own matrix
-products do not overlap its own waits: the overlap is between the two warpgroups only. A stage
-is released when both warpgroups are done with the pair (no half-tile early reload as FlashMLA
-does: the ring holds exactly one pair, so the next pair's loads wait for this one's end; a
-timing on a GPU would show that, the register ceiling this is for does not depend on it).
+round, and neither holds more than its half of O (as in the ping-pong: this does not split the
+accumulator further). LEAN=0 is FlashMLA's order: warpgroup 0 keeps P_a in fp32 until warpgroup
+1's factor has rescaled it, then publishes it (four exchange mbarriers a pair). LEAN=1 publishes
+P_a at once against m0 and keeps nothing: warpgroup 1 computes O_1 = (O_1 a0 + P_a V_a) a1 +
+P_b V_b and every P V reads P from shared memory (two exchange mbarriers a pair, one more O
+rescale). P goes over its tile's rope block (block 8, read by nobody after S).
+
+Tile 2j sits in stage 0 and 2j + 1 in stage 1, each [64, 64] block landing on its own mbarrier;
+a block group is reloaded once its last readers released it: V's left half (blocks 0-3) by
+warpgroup 0 after its P V on it, the right half by warpgroup 1, block 8 by both. Warpgroup 0's
+next S (which the pair waits for) reads stage 0, released first. Every wgmma is waited before
+each mbarrier wait (ptxas serializes a kernel's wgmma when one stays in flight across a branch,
+see gluon_ahead.py), so a warpgroup's own matrix products do not overlap its own waits: the
+overlap is between the two warpgroups only.
 
 Rows past a sequence's end in its last tile may hold anything (NaN in FlashMLA's tests): their
 scores are masked and each warpgroup zeroes its own half of V's rows there before any P V (an
-odd count leaves tile b past the end: all its scores masked, all its V rows zeroed). Pages of a
+odd count leaves tile b past the end: all its scores masked, all its V rows zeroed; the other
+warpgroup's S may read those rows meanwhile, and masks whatever it reads). Pages of a
 multiple of 64 tokens. Chunks merged by log-sum-exp as gluon_pingpong (its merge kernel)."""
 import torch
 from triton.experimental import gluon
@@ -84,6 +91,21 @@ def _zero_half(W: gl.constexpr, kv_s, base, n0, end, Z_L: gl.constexpr):
 
 
 @gluon.jit
+def _wait_blocks(ready, base, ph, lo: gl.constexpr, hi: gl.constexpr):
+    """The column blocks lo .. hi - 1 of the tile at kv_s[base:] have landed."""
+    for c in gl.static_range(lo, hi):
+        mbarrier.wait(ready.index(base + c), ph)
+
+
+@gluon.jit
+def _release(free, g: gl.constexpr, s):
+    """Block group g (0: V's left half, 1: its right half, 2: block 8) of stage s read by
+    every warp of this warpgroup: the loader may reload it once its readers all say so."""
+    gl.thread_barrier()
+    mbarrier.arrive(free.index(2 * g + s), count=1)
+
+
+@gluon.jit
 def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
              O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
              STAGES: gl.constexpr, ONE: gl.constexpr, LEAN: gl.constexpr):
@@ -106,7 +128,10 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
     for j in range((n_tiles + 1) // 2):
         ta = 2 * j
         tb = ta + 1
-        sa = j % 2  # the pair's stages swap every pair (see _loader)
+        # tile a in stage 0, b in 1, written so the compiler cannot fold it (a constant stage
+        # has ptxas hoist all ~70 wgmma descriptors out of the loop and spill them: 1,268
+        # bytes); j < 2^30
+        sa = (j >> 30) & 1
         sb = 1 - sa
         ba = sa * NBLK
         bb = sb * NBLK
@@ -114,7 +139,7 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
         n0b = n0a + TILE
         xph = j & 1
         if W == 0:
-            mbarrier.wait(ready.index(sa), xph)
+            _wait_blocks(ready, ba, xph, 0, NBLK)
             sc = _s(q_s, kv_s, ba, zero)
             n = n0a + gl.arange(0, TILE, layout=C_L)
             sc = gl.where((n < end)[None, :], sc * qk_scale, -float("inf"))
@@ -132,13 +157,15 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
             # this warpgroup's V halves of both tiles zeroed past the end, before any P V
             _zero_half(W, kv_s, ba, n0a, end, Z_L)
             if tb < n_tiles:
-                mbarrier.wait(ready.index(sb), xph)
+                _wait_blocks(ready, bb, xph, 0, 4)
             _zero_half(W, kv_s, bb, n0b, end, Z_L)
             fence_async_shared()
             gl.thread_barrier()
             if LEAN:
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
                                              acc0, acc1, acc2, acc3)
+                _release(free, 0, sa)  # V_a's left half: read by nobody else
+                _release(free, 2, sa)  # P_a: read
                 mbarrier.wait(xbar.index(1), xph)  # warpgroup 1's max over both tiles, P_b
                 m_i = x_s.index(2).load(R_L)
                 a1 = x_s.index(3).load(R_L)
@@ -146,6 +173,7 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
             else:  # FlashMLA's: P_a kept (fp32) until warpgroup 1's factor rescales it
                 acc0, acc1, acc2, acc3 = _pv(W, gl.convert_layout(p.to(dt), P_L), kv_s, ba,
                                              a0, acc0, acc1, acc2, acc3)
+                _release(free, 0, sa)
                 mbarrier.wait(xbar.index(1), xph)  # warpgroup 1's max over both tiles
                 m_i = x_s.index(2).load(R_L)
                 a1 = x_s.index(3).load(R_L)
@@ -155,18 +183,23 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
                 fence_async_shared()
                 gl.thread_barrier()
                 mbarrier.arrive(xbar.index(2), count=1)
+                mbarrier.arrive(free.index(2 * 2 + sa), count=1)  # P_a written, not read here
                 mbarrier.wait(xbar.index(3), xph)
             acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
                                          acc0, acc1, acc2, acc3)
+            _release(free, 0, sb)  # V_b's left half, after warpgroup 1's S (xbar 1)
+            _release(free, 2, sb)
         else:
             if tb < n_tiles:
-                mbarrier.wait(ready.index(sb), xph)
+                _wait_blocks(ready, bb, xph, 0, NBLK)
             # past the end (an odd count) S reads a stale stage: every score is masked
             sc = _s(q_s, kv_s, bb, zero)
             n = n0b + gl.arange(0, TILE, layout=C_L)
             sc = gl.where((n < end)[None, :], sc * qk_scale, -float("inf"))
             _zero_half(W, kv_s, bb, n0b, end, Z_L)
-            mbarrier.wait(ready.index(sa), xph)
+            _wait_blocks(ready, ba, xph, 4, 8)
+            # (tile a's rows past the end only; warpgroup 0's S_a may read them meanwhile:
+            # its scores there are masked whatever it reads)
             _zero_half(W, kv_s, ba, n0a, end, Z_L)
             mbarrier.wait(xbar.index(0), xph)  # warpgroup 0's max over tile a
             m0 = x_s.index(0).load(R_L)
@@ -185,18 +218,23 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
             if LEAN:  # O_1 = (O_1 a0 + P_a V_a) a1 + P_b V_b, both P from shared memory
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
                                              acc0, acc1, acc2, acc3)
+                _release(free, 1, sa)  # V_a's right half, after warpgroup 0's S (xbar 0)
+                _release(free, 2, sa)
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
                                              acc0, acc1, acc2, acc3)
+                _release(free, 1, sb)
+                _release(free, 2, sb)
             else:
                 mbarrier.arrive(xbar.index(3), count=1)
+                mbarrier.arrive(free.index(2 * 2 + sb), count=1)  # P_b written, not read here
                 acc0, acc1, acc2, acc3 = _pv(W, gl.convert_layout(pb, P_L), kv_s, bb, a0 * a1,
                                              acc0, acc1, acc2, acc3)
+                _release(free, 1, sb)
                 mbarrier.wait(xbar.index(2), xph)
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a1,
                                              acc0, acc1, acc2, acc3, RESCALE=False)
-        gl.thread_barrier()
-        mbarrier.arrive(free.index(sa), count=1)
-        mbarrier.arrive(free.index(sb), count=1)
+                _release(free, 1, sa)
+                _release(free, 2, sa)
 
     # l: each warpgroup summed its own tiles' rows (rescaled by every later factor)
     l_s.index(W).store(l_i)
@@ -248,21 +286,22 @@ def _loader(kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp,
             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE: gl.constexpr,
             STAGES: gl.constexpr, ONE: gl.constexpr,
              LEAN: gl.constexpr):
-    nbytes: gl.constexpr = NBLK * TILE * TILE * 2
+    nbytes: gl.constexpr = TILE * TILE * 2
     for t in range(n_tiles):
-        # pair j = t // 2 has tile 2j in stage j % 2 and tile 2j + 1 in the other: a stage
-        # index the compiler cannot fold (with a fixed stage ptxas hoists all ~70 wgmma
-        # descriptors out of the loop and spills them, 1,268 bytes)
-        s = (t // 2 + t) % 2
-        mbarrier.wait(free.index(s), ((t // 2) & 1) ^ 1)  # both warpgroups are done
-        fence_async_shared()  # their generic reads/writes of it before the TMA writes
+        s = t % 2  # tile 2j in stage 0, 2j + 1 in 1
+        fph = ((t // 2) & 1) ^ 1
         n0 = start + t * TILE
         blk = gl.load(bt + n0 // PAGE)
         row = blk * PAGE + n0 % PAGE
-        mbarrier.expect(ready.index(s), nbytes)
-        for c in gl.static_range(NBLK):
-            tma.async_copy_global_to_shared(kv_desc, [row, c * TILE], ready.index(s),
-                                            kv_s.index(s * NBLK + c))
+        # each block group reloads once its last readers released it (see _consume)
+        for g in gl.static_range(3):
+            mbarrier.wait(free.index(2 * g + s), fph)
+            fence_async_shared()  # their generic reads/writes of it before the TMA writes
+            for c in gl.static_range(4 * g, 4 * g + 4 - 3 * (g // 2)):
+                mbarrier.expect(ready.index(s * NBLK + c), nbytes)
+                tma.async_copy_global_to_shared(kv_desc, [row, c * TILE],
+                                                ready.index(s * NBLK + c),
+                                                kv_s.index(s * NBLK + c))
 
 
 @gluon.jit
@@ -283,13 +322,16 @@ def _mla_seesaw(Q, kv_desc, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale,
     kv_s = gl.allocate_shared_memory(kv_desc.dtype, [STAGES * NBLK, TILE, TILE], B_S)
     x_s = gl.allocate_shared_memory(gl.float32, [4, TILE], V_S)
     l_s = gl.allocate_shared_memory(gl.float32, [2, TILE], V_S)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES * NBLK, 1], mbarrier.MBarrierLayout())
+    free = gl.allocate_shared_memory(gl.int64, [3 * STAGES, 1], mbarrier.MBarrierLayout())
     xbar = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     fin = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
+    for i in gl.static_range(STAGES * NBLK):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(free.index(i), count=2)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(free.index(i), count=1)  # V's left half: warpgroup 0 reads it last
+        mbarrier.init(free.index(2 + i), count=1)  # right half: warpgroup 1
+        mbarrier.init(free.index(4 + i), count=2)  # block 8 (rope, then P): both
     for i in gl.static_range(4):
         mbarrier.init(xbar.index(i), count=1)
     mbarrier.init(fin, count=2)

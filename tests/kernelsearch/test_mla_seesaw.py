@@ -80,9 +80,13 @@ def test_seesaw_compiles_for_hopper_with_its_exchange_between_the_warpgroups():
         assert res["tma"] == 9, res  # the loader's nine [64, 64] blocks a tile
         assert res["shared"] <= 227 * 1024, res  # q and two tiles fit an SM's shared memory
         # the exchange: FlashMLA's order signals four mbarriers a pair (max and factor each
-        # way, then each P), LEAN two; with two stages' release and the end's each
-        assert res["arrive"] == (10 if res["lean"] == 0 else 8), res
-        assert res["try_wait"] == res["arrive"] + 1, res  # + the loader's wait for a free stage
+        # way, then each P), LEAN two; beside them each warpgroup releases its V half and
+        # block 8 of both tiles (8) and signals the end (2)
+        xchg = 4 if res["lean"] == 0 else 2
+        assert res["arrive"] == xchg + 8 + 2, res
+        # and waits for them: each warpgroup its S tile's nine blocks and its V half of the
+        # other tile (2 x 13), the exchange, the end (2) and the loader each group free (3)
+        assert res["try_wait"] == 2 * 13 + xchg + 2 + 3, res
         assert res["bar128"] > 0, res  # each signal after a named barrier of one warpgroup
         # no wgmma stays in flight across a wait: a few waits, not one after every HGMMA
         assert 0 < res["depbar"] < res["hgmma"] // 4, res
