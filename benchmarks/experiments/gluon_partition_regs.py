@@ -7,6 +7,9 @@ and this says whether it does and where the spills are. Reading a table (Triton 
 each worker partition's piece starts at its own setmaxnreg (a consumer: HGMMA > 0; the loader:
 40); the default partition runs the kernel's prologue at 256, then its own code at what the
 workers leave it (12 warps share 384 x 168 registers); the 120s are the workers' dispatch loop.
+The kernels without a loader warp (8 warps, launched at 240) give each consumer 240. "In the
+HGMMA span": the spills between a piece's first and last HGMMA (its loop); "ptxas": the
+whole kernel's spill bytes as ptxas -v counts them.
 
     PYTHONPATH=.venv/triton-gluon:. .venv/bin/python benchmarks/experiments/gluon_partition_regs.py
 
@@ -128,11 +131,19 @@ def kernels() -> list[tuple[str, object, tuple, dict, int | None]]:
     out.append(("dense gluon_pingpong (shipped)", dn._mla_pingpong, dsig, dc, 168))
     ah = _load(ROOT / "benchmarks" / "experiments" / "gluon_ahead.py", "probe_ahead")
     out.append(("dense, S issued ahead (experiment gluon_ahead.py)", ah._mla_ahead, dsig, dc, 168))
+    # issue 45: the seesaw (benchmarks/experiments/gluon_seesaw.py) in both orders, with the
+    # loader warp (as above) and without it (8 warps, 240 registers a warpgroup, FlashMLA's
+    # layout), beside issue 35's ping-pong without its loader warp (the same 240)
     ss = _load(ROOT / "benchmarks" / "experiments" / "gluon_seesaw.py", "probe_seesaw")
     sc = {"PAGE": 64, "STAGES": 2, "ONE": False, "num_warps": 4}
-    for lean, what in ((0, "FlashMLA's order, P_a kept in fp32"), (1, "LEAN, P from smem")):
-        out.append((f"dense seesaw LEAN {lean}: {what} (experiment gluon_seesaw.py)",
-                    ss._mla_seesaw, dsig, dict(sc, LEAN=lean), 168))
+    for loader in (1, 0):
+        for lean, what in ((0, "FlashMLA's order"), (1, "LEAN")):
+            out.append((f"dense seesaw LEAN {lean} ({what}) LOADER {loader} (experiment "
+                        "gluon_seesaw.py)", ss._mla_seesaw, dsig,
+                        dict(sc, LEAN=lean, LOADER=loader), 168 if loader else 240))
+    nl = _load(ROOT / "benchmarks" / "experiments" / "mla_pingpong_noloader.py", "probe_noloader")
+    out.append(("dense ping-pong without its loader warp (experiment mla_pingpong_noloader.py)",
+                nl._mla_pingpong, dsig, dc, 240))
     return out
 
 

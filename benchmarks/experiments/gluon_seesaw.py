@@ -30,7 +30,12 @@ rescale). P goes over its tile's rope block (block 8, read by nobody after S).
 Tile 2j sits in stage 0 and 2j + 1 in stage 1, each [64, 64] block landing on its own mbarrier;
 a block group is reloaded once its last readers released it: V's left half (blocks 0-3) by
 warpgroup 0 after its P V on it, the right half by warpgroup 1, block 8 by both. Warpgroup 0's
-next S (which the pair waits for) reads stage 0, released first. Every wgmma is waited before
+next S (which the pair waits for) reads stage 0, released first. LOADER=1 (default): a loader
+warp reloads (12 warps: 232 registers a consumer warpgroup, 40 the loader, as gluon_pingpong).
+LOADER=0: FlashMLA's layout, 8 warps and no loader (240 registers a consumer warpgroup, as
+mla_pingpong_noloader.py): the default warps load the first two tiles and each group's last
+reader reloads it with the tile two on (block 8 by warpgroup 1 for stage 0, 0 for stage 1,
+once the other has released it too). Every wgmma is waited before
 each mbarrier wait (ptxas serializes a kernel's wgmma when one stays in flight across a branch,
 see gluon_ahead.py), so a warpgroup's own matrix products do not overlap its own waits: the
 overlap is between the two warpgroups only.
@@ -50,6 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 TILE = gl.constexpr(64)  # tokens a tile, heads a program, columns a TMA block
 T = 64  # TILE for host code (a plain int)
 NBLK = gl.constexpr(9)  # 576 / 64 column blocks: 0-7 the latent (V), 8 the rope part
+WREGS = gl.constexpr(240)  # the second warpgroup's registers without the loader warp
 
 
 @gluon.jit
@@ -98,17 +104,41 @@ def _wait_blocks(ready, base, ph, lo: gl.constexpr, hi: gl.constexpr):
 
 
 @gluon.jit
-def _release(free, g: gl.constexpr, s):
-    """Block group g (0: V's left half, 1: its right half, 2: block 8) of stage s read by
-    every warp of this warpgroup: the loader may reload it once its readers all say so."""
+def _done(kv_desc, bt, kv_s, ready, free, g: gl.constexpr, s, t, start, n_tiles,
+          PAGE: gl.constexpr, LOADER: gl.constexpr, RELOAD: gl.constexpr):
+    """Block group g (0: V's left half, 1: its right half, 2: block 8) of stage s, tile t, read
+    by every warp of this warpgroup. LOADER: the loader warp is told. Else the group's last
+    reader (RELOAD) brings tile t + 2's blocks itself (block 8: once both have said so)."""
     gl.thread_barrier()
-    mbarrier.arrive(free.index(2 * g + s), count=1)
+    if LOADER:
+        mbarrier.arrive(free.index(2 * g + s), count=1)
+    else:
+        if g == 2:
+            mbarrier.arrive(free.index(4 + s), count=1)
+        if RELOAD:
+            if g == 2:
+                mbarrier.wait(free.index(4 + s), (t // 2) & 1)
+            if t + 2 < n_tiles:
+                n0 = start + (t + 2) * TILE
+                blk = gl.load(bt + n0 // PAGE)
+                fence_async_shared()  # this warpgroup's generic accesses before the TMA writes
+                _tma_group(kv_desc, blk * PAGE + n0 % PAGE, kv_s, ready, s, g)
 
 
 @gluon.jit
-def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
+def _tma_group(kv_desc, row, kv_s, ready, s, g: gl.constexpr):
+    """Block group g of the tile at cache row `row` into stage s, each block on its barrier."""
+    for c in gl.static_range(4 * g, 4 * g + 4 - 3 * (g // 2)):
+        mbarrier.expect(ready.index(s * NBLK + c), TILE * TILE * 2)
+        tma.async_copy_global_to_shared(kv_desc, [row, c * TILE], ready.index(s * NBLK + c),
+                                        kv_s.index(s * NBLK + c))
+
+
+@gluon.jit
+def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
              O, Op, Lp, b, hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh,
-             STAGES: gl.constexpr, ONE: gl.constexpr, LEAN: gl.constexpr):
+             PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr, LEAN: gl.constexpr,
+             LOADER: gl.constexpr):
     S_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                   instr_shape=[16, 64, 16])
     P_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=S_L, k_width=2)
@@ -164,8 +194,10 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
             if LEAN:
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
                                              acc0, acc1, acc2, acc3)
-                _release(free, 0, sa)  # V_a's left half: read by nobody else
-                _release(free, 2, sa)  # P_a: read
+                _done(kv_desc, bt, kv_s, ready, free, 0, sa, ta, start, n_tiles, PAGE, LOADER,
+                      True)  # V_a's left half: read by nobody else
+                _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
+                      False)  # P_a read (warpgroup 1 reloads)
                 mbarrier.wait(xbar.index(1), xph)  # warpgroup 1's max over both tiles, P_b
                 m_i = x_s.index(2).load(R_L)
                 a1 = x_s.index(3).load(R_L)
@@ -173,7 +205,8 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
             else:  # FlashMLA's: P_a kept (fp32) until warpgroup 1's factor rescales it
                 acc0, acc1, acc2, acc3 = _pv(W, gl.convert_layout(p.to(dt), P_L), kv_s, ba,
                                              a0, acc0, acc1, acc2, acc3)
-                _release(free, 0, sa)
+                _done(kv_desc, bt, kv_s, ready, free, 0, sa, ta, start, n_tiles, PAGE, LOADER,
+                      True)
                 mbarrier.wait(xbar.index(1), xph)  # warpgroup 1's max over both tiles
                 m_i = x_s.index(2).load(R_L)
                 a1 = x_s.index(3).load(R_L)
@@ -183,12 +216,15 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
                 fence_async_shared()
                 gl.thread_barrier()
                 mbarrier.arrive(xbar.index(2), count=1)
-                mbarrier.arrive(free.index(2 * 2 + sa), count=1)  # P_a written, not read here
+                _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
+                      False)  # P_a written, not read here
                 mbarrier.wait(xbar.index(3), xph)
             acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
                                          acc0, acc1, acc2, acc3)
-            _release(free, 0, sb)  # V_b's left half, after warpgroup 1's S (xbar 1)
-            _release(free, 2, sb)
+            _done(kv_desc, bt, kv_s, ready, free, 0, sb, tb, start, n_tiles, PAGE, LOADER,
+                  True)  # V_b's left half, after warpgroup 1's S (xbar 1)
+            _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
+                  True)
         else:
             if tb < n_tiles:
                 _wait_blocks(ready, bb, xph, 0, NBLK)
@@ -218,23 +254,31 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
             if LEAN:  # O_1 = (O_1 a0 + P_a V_a) a1 + P_b V_b, both P from shared memory
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
                                              acc0, acc1, acc2, acc3)
-                _release(free, 1, sa)  # V_a's right half, after warpgroup 0's S (xbar 0)
-                _release(free, 2, sa)
+                _done(kv_desc, bt, kv_s, ready, free, 1, sa, ta, start, n_tiles, PAGE, LOADER,
+                      True)  # V_a's right half, after warpgroup 0's S
+                _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
+                      True)
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
                                              acc0, acc1, acc2, acc3)
-                _release(free, 1, sb)
-                _release(free, 2, sb)
+                _done(kv_desc, bt, kv_s, ready, free, 1, sb, tb, start, n_tiles, PAGE, LOADER,
+                      True)
+                _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
+                      False)
             else:
                 mbarrier.arrive(xbar.index(3), count=1)
-                mbarrier.arrive(free.index(2 * 2 + sb), count=1)  # P_b written, not read here
+                _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
+                      False)  # P_b written, not read here
                 acc0, acc1, acc2, acc3 = _pv(W, gl.convert_layout(pb, P_L), kv_s, bb, a0 * a1,
                                              acc0, acc1, acc2, acc3)
-                _release(free, 1, sb)
+                _done(kv_desc, bt, kv_s, ready, free, 1, sb, tb, start, n_tiles, PAGE, LOADER,
+                      True)
                 mbarrier.wait(xbar.index(2), xph)
                 acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a1,
                                              acc0, acc1, acc2, acc3, RESCALE=False)
-                _release(free, 1, sa)
-                _release(free, 2, sa)
+                _done(kv_desc, bt, kv_s, ready, free, 1, sa, ta, start, n_tiles, PAGE, LOADER,
+                      True)
+                _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
+                      True)
 
     # l: each warpgroup summed its own tiles' rows (rescaled by every later factor)
     l_s.index(W).store(l_i)
@@ -265,28 +309,30 @@ def _consume(W: gl.constexpr, q_s, kv_s, x_s, l_s, ready, free, xbar, fin,
 
 
 @gluon.jit
-def _default(q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H, s_id, n_splits,
-             start, end, n_tiles, qk_scale, sob, soh, STAGES: gl.constexpr, ONE: gl.constexpr,
-             LEAN: gl.constexpr):
-    _consume(0, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H, s_id,
-             n_splits, start, end, n_tiles, qk_scale, sob, soh, STAGES, ONE, LEAN)
+def _default(kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H,
+            s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE: gl.constexpr,
+            STAGES: gl.constexpr, ONE: gl.constexpr, LEAN: gl.constexpr,
+            LOADER: gl.constexpr):
+    _consume(0, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H,
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE, STAGES, ONE, LEAN,
+             LOADER)
 
 
 @gluon.jit
 def _second(kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H,
             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE: gl.constexpr,
-            STAGES: gl.constexpr, ONE: gl.constexpr,
-             LEAN: gl.constexpr):
-    _consume(1, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H, s_id,
-             n_splits, start, end, n_tiles, qk_scale, sob, soh, STAGES, ONE, LEAN)
+            STAGES: gl.constexpr, ONE: gl.constexpr, LEAN: gl.constexpr,
+            LOADER: gl.constexpr):
+    _consume(1, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H,
+             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE, STAGES, ONE, LEAN,
+             LOADER)
 
 
 @gluon.jit
 def _loader(kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H,
             s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE: gl.constexpr,
-            STAGES: gl.constexpr, ONE: gl.constexpr,
-             LEAN: gl.constexpr):
-    nbytes: gl.constexpr = TILE * TILE * 2
+            STAGES: gl.constexpr, ONE: gl.constexpr, LEAN: gl.constexpr,
+            LOADER: gl.constexpr):
     for t in range(n_tiles):
         s = t % 2  # tile 2j in stage 0, 2j + 1 in 1
         fph = ((t // 2) & 1) ^ 1
@@ -297,17 +343,13 @@ def _loader(kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp,
         for g in gl.static_range(3):
             mbarrier.wait(free.index(2 * g + s), fph)
             fence_async_shared()  # their generic reads/writes of it before the TMA writes
-            for c in gl.static_range(4 * g, 4 * g + 4 - 3 * (g // 2)):
-                mbarrier.expect(ready.index(s * NBLK + c), nbytes)
-                tma.async_copy_global_to_shared(kv_desc, [row, c * TILE],
-                                                ready.index(s * NBLK + c),
-                                                kv_s.index(s * NBLK + c))
+            _tma_group(kv_desc, row, kv_s, ready, s, g)
 
 
 @gluon.jit
 def _mla_seesaw(Q, kv_desc, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale, sqb, sqh,
                 sbt, sob, soh, PAGE: gl.constexpr, STAGES: gl.constexpr, ONE: gl.constexpr,
-                LEAN: gl.constexpr, num_warps: gl.constexpr):
+                LEAN: gl.constexpr, LOADER: gl.constexpr, num_warps: gl.constexpr):
     gl.static_assert(STAGES == 2, "a pair of tiles in the two stages")
     hb = gl.program_id(0)
     s_id = gl.program_id(1)
@@ -342,24 +384,44 @@ def _mla_seesaw(Q, kv_desc, BT, SL, O, Op, Lp, H, n_splits, split_len, qk_scale,
     qrow = Q + b.to(gl.int64) * sqb + hq[:, None] * sqh + cq[None, :]
     for c in gl.static_range(NBLK):
         q_s.index(c).store(gl.load(qrow + c * TILE, mask=(hq < H)[:, None], other=0.0))
-    fence_async_shared()
     bt = BT + b.to(gl.int64) * sbt
-    gl.warp_specialize([
-        (_default, (q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb, H, s_id,
-                    n_splits, start, end, n_tiles, qk_scale, sob, soh, STAGES, ONE, LEAN)),
-        (_second, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb,
-                   H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE, STAGES,
-                   ONE, LEAN)),
-        (_loader, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b, hb,
-                   H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE, STAGES,
-                   ONE, LEAN)),
-    ], [4, 1], [232, 40])
+    if not LOADER:  # the first two tiles by these warps; later ones by their last readers
+        for i in gl.static_range(2):
+            if i < n_tiles:
+                n0 = start + i * TILE
+                row = gl.load(bt + n0 // PAGE) * PAGE + n0 % PAGE
+                for g in gl.static_range(3):
+                    _tma_group(kv_desc, row, kv_s, ready, i, g)
+    fence_async_shared()
+    # (the arguments spelled out: through a tuple variable the constexprs arrive as values)
+    if LOADER:
+        gl.warp_specialize([
+            (_default, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b,
+                        hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE,
+                        STAGES, ONE, LEAN, LOADER)),
+            (_second, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b,
+                       hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE,
+                       STAGES, ONE, LEAN, LOADER)),
+            (_loader, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b,
+                       hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE,
+                       STAGES, ONE, LEAN, LOADER)),
+        ], [4, 1], [232, 40])
+    else:  # 8 warps as FlashMLA's: up to 255 registers a thread (240 here, a multiple of 8)
+        gl.warp_specialize([
+            (_default, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b,
+                        hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE,
+                        STAGES, ONE, LEAN, LOADER)),
+            (_second, (kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xbar, fin, O, Op, Lp, b,
+                       hb, H, s_id, n_splits, start, end, n_tiles, qk_scale, sob, soh, PAGE,
+                       STAGES, ONE, LEAN, LOADER)),
+        ], [4], [WREGS])
 
 
 def forward(q, kv_cache, block_table, seq_lens, scale, *, GRID: int = 264, STAGES: int = 2,
-            REGS: int = 168, LEAN: int = 1):
+            REGS: int = 0, LEAN: int = 1, LOADER: int = 1):
     """out [B, H, 512]; any H (masked rows past it); pages of a multiple of 64 tokens.
-    gluon_pingpong's interface and split; its merge kernel combines the chunks."""
+    gluon_pingpong's interface and split; its merge kernel combines the chunks. REGS: the
+    launch's register cap (0: 168 with the loader warp, 240 without). Never run on a GPU."""
     from kernelsearch.families.mla_decode.gluon_pingpong import _mla_pingpong_merge
 
     B, H = q.shape[0], q.shape[1]
@@ -385,7 +447,7 @@ def forward(q, kv_cache, block_table, seq_lens, scale, *, GRID: int = 264, STAGE
         q, kv_desc, block_table, seq_lens, out, op, lp, H, n_splits, per * T,
         scale * 1.4426950408889634, q.stride(0), q.stride(1), block_table.stride(0),
         out.stride(0), out.stride(1), PAGE=page, STAGES=STAGES, ONE=one, LEAN=LEAN,
-        num_warps=4, maxnreg=REGS)
+        LOADER=LOADER, num_warps=4, maxnreg=REGS or (168 if LOADER else 240))
     if not one:
         spad = 1 << (n_splits - 1).bit_length()
         _mla_pingpong_merge[(B * H,)](op, lp, out, H, n_splits, out.stride(0), out.stride(1),

@@ -3,8 +3,10 @@ GPU): FlashMLA's seesaw schedule for dense MLA decode in Gluon. No GPU here, so 
 Gluon kernels' compile test (tests/kernelsearch/test_mla_gluon.py): Triton 3.6 (the H200's)
 compiles it for sm_90 in a child without TRITON_INTERPRET, and the PTX / SASS have what the
 schedule is written for: each consumer warpgroup's wgmma (S over nine blocks, P V on its half
-of V for both tiles of a pair), the TMA loader, the exchange between the warpgroups (mbarriers,
-each signal behind a named barrier of the warpgroup's 128 threads) and no serialized wgmma."""
+of V for both tiles of a pair), the TMA loads (by the loader warp, or with LOADER=0 by the
+consumers), the exchange between the warpgroups (mbarriers, each signal behind a named barrier
+of the warpgroup's 128 threads) and no serialized wgmma. The registers and spills are
+tests/kernelsearch/test_gluon_partition_regs.py's."""
 import json
 import subprocess
 import sys
@@ -32,21 +34,25 @@ sig = {"Q": "*bf16", "kv_desc": f"tensordesc<bf16[64, 64],{lay}>", "BT": "*i32",
 sig.update({k: "i32" for k in ("H", "n_splits", "split_len")})
 sig["qk_scale"] = "fp32"
 sig.update({k: "i32" for k in ("sqb", "sqh", "sbt", "sob", "soh")})
-sig.update({k: "constexpr" for k in ("PAGE", "STAGES", "ONE", "LEAN", "num_warps")})
+sig.update({k: "constexpr" for k in ("PAGE", "STAGES", "ONE", "LEAN", "LOADER", "num_warps")})
 attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15]}
 exe = os.path.join(os.path.dirname(nv.get_ptxas(90).path), "cuobjdump")
 out = []
-for lean, one in ((0, False), (1, False), (0, True), (1, True)):
+for lean, loader, one in ((0, 1, False), (1, 1, False), (0, 0, False), (1, 0, False),
+                         (1, 1, True)):
     ck = triton.compile(gluon._runtime.GluonASTSource(
         mod._mla_seesaw, signature=sig, attrs=attrs,
-        constexprs={"PAGE": 64, "STAGES": 2, "ONE": one, "LEAN": lean, "num_warps": 4}),
-        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+        constexprs={"PAGE": 64, "STAGES": 2, "ONE": one, "LEAN": lean, "LOADER": loader,
+                    "num_warps": 4}),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": 4, "maxnreg": 168 if loader else 240})
     ptx = ck.asm["ptx"]
     mma = re.findall(r"wgmma\.mma_async[^;]*;", ptx, re.S)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(ck.asm["cubin"]); f.flush()
         sass = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True).stdout
-    out.append({"lean": lean, "one": one, "sm90a": ".target sm_90a" in ptx, "wgmma": len(mma),
+    out.append({"lean": lean, "loader": loader, "one": one, "sm90a": ".target sm_90a" in ptx,
+                "wgmma": len(mma),
                 # A from registers: the accumulator's {...} then A's {...}
                 "wgmma_rs": sum(bool(re.search(r"\}\s*,\s*\{", s)) for s in mma),
                 "tma": ptx.count("cp.async.bulk.tensor"), "setmaxnreg": ptx.count("setmaxnreg"),
@@ -71,22 +77,26 @@ def test_seesaw_compiles_for_hopper_with_its_exchange_between_the_warpgroups():
     if "PYTHONPATH" in env and "triton-gluon" in env["PYTHONPATH"]:  # the side install: 3.6
         assert "TRITON 3.6.0" in r.stdout.splitlines(), r.stdout[-500:]
     results = json.loads(line[0][7:])
-    assert len(results) == 4
+    assert len(results) == 5
     for res in results:
         assert res["sm90a"] and res["setmaxnreg"] > 0, res
         # a pair a loop: each consumer 9 wgmma for its S and 4 + 4 for P V on its half of V
         # over both tiles, each K = 64 as four k16 steps: 2 x 17 x 4
         assert res["wgmma"] == 136 and res["hgmma"] == 136, res
-        assert res["tma"] == 9, res  # the loader's nine [64, 64] blocks a tile
+        # TMA of [64, 64] blocks: the loader's nine a tile; without it the first two tiles
+        # (18) and each consumer's reloads of the groups it read last (2 x 9)
+        assert res["tma"] == (9 if res["loader"] else 36), res
         assert res["shared"] <= 227 * 1024, res  # q and two tiles fit an SM's shared memory
         # the exchange: FlashMLA's order signals four mbarriers a pair (max and factor each
-        # way, then each P), LEAN two; beside them each warpgroup releases its V half and
-        # block 8 of both tiles (8) and signals the end (2)
+        # way, then each P), LEAN two; beside them each warpgroup tells the loader it is done
+        # with its V half and block 8 of both tiles (8; without the loader only block 8's, 4)
+        # and signals the end (2)
         xchg = 4 if res["lean"] == 0 else 2
-        assert res["arrive"] == xchg + 8 + 2, res
-        # and waits for them: each warpgroup its S tile's nine blocks and its V half of the
-        # other tile (2 x 13), the exchange, the end (2) and the loader each group free (3)
-        assert res["try_wait"] == 2 * 13 + xchg + 2 + 3, res
+        assert res["arrive"] == xchg + (8 if res["loader"] else 4) + 2, res
+        # and the waits: each warpgroup its S tile's nine blocks and its V half of the other
+        # tile (2 x 13), the exchange, the end (2), and the loader's for each group to be free
+        # (3) or, without it, the two reloaders' for both readers of block 8 (2)
+        assert res["try_wait"] == 2 * 13 + xchg + 2 + (3 if res["loader"] else 2), res
         assert res["bar128"] > 0, res  # each signal after a named barrier of one warpgroup
         # no wgmma stays in flight across a wait: a few waits, not one after every HGMMA
         assert 0 < res["depbar"] < res["hgmma"] // 4, res
