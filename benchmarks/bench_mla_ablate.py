@@ -26,7 +26,8 @@ def main() -> int:
     ap.add_argument("--abl", default="0,1,2,4,8,3,7")
     ap.add_argument("--kernels", default="",
                     help="instead: these gluon_pingpong-style files (forward(..., GRID=)), each "
-                         "checked against the reference, then timed")
+                         "checked against the reference, then timed; FILE:KEY=INT:... passes "
+                         "forward those keywords too (gluon_seesaw.py:LEAN=0:LOADER=0)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -41,7 +42,11 @@ def main() -> int:
     rows = []
     t0 = time.time()
     if a.kernels:
-        mods = {k: load(Path(k).read_text(), Path(k).stem) for k in a.kernels.split(",")}
+        mods, kws = {}, {}
+        for k in a.kernels.split(","):
+            path, *kv = k.split(":")
+            mods[k] = load(Path(path).read_text(), Path(path).stem)
+            kws[k] = {x.split("=")[0]: int(x.split("=")[1]) for x in kv}
         for sh in a.shapes.split(","):
             b, n = (int(x) for x in sh.split("x"))
             shape = (b, 128, n, 64, 0)
@@ -54,9 +59,10 @@ def main() -> int:
                 for k, m in mods.items():
                     for g in (132, 264):
                         try:
+                            kw = dict(kws[k], GRID=g)
                             if rep == 0:
-                                compare(m.forward(*args, GRID=g), ref, "bfloat16", fam, k)
-                            t = tm.bench_graph(lambda *x, m=m, g=g: m.forward(*x, GRID=g), sets,
+                                compare(m.forward(*args, **kw), ref, "bfloat16", fam, k)
+                            t = tm.bench_graph(lambda *x, m=m, kw=kw: m.forward(*x, **kw), sets,
                                                replays=8)["median_s"]
                             r = {"shape": [b, n], "kernel": k, "GRID": g, "rep": rep,
                                  "us": t * 1e6, "pct_floor": 100 * floor / t}
