@@ -7,8 +7,9 @@ numbers.
 Three partitions per program of 64 query heads x one split of the context, as gluon_pingpong:
 a loader warp brings each [64, 576] latent tile by TMA as nine [64, 64] column blocks into a
 two-stage ring (tile t in stage t % 2); two consumer warpgroups each own half of the output,
-64 heads x 256 columns (O_W, four [64, 64] fp32 accumulators). Unlike the ping-pong, they take
-the tiles a *pair* at a time, both at once (FlashMLA's sm90 dense decode schedule; LEAN=0):
+64 heads x 256 columns (O_W, one [64, 256] fp32 accumulator, P V one 64 x 256 wgmma a tile
+as in FlashMLA). Unlike the ping-pong, they take the tiles a *pair* at a time, both at once
+(FlashMLA's sm90 dense decode schedule; LEAN=0):
 
   warpgroup 0 (tile a = 2j)            warpgroup 1 (tile b = 2j + 1)
   S_a = q K_a^T                        S_b = q K_b^T              (both on the tensor cores)
@@ -69,20 +70,21 @@ def _s(q_s, kv_s, base, zero):
 
 
 @gluon.jit
-def _pv(W: gl.constexpr, pa, kv_s, base, scale, acc0, acc1, acc2, acc3,
-        RESCALE: gl.constexpr = True):
-    """O_W = O_W * scale + P V_W over this warpgroup's four V blocks of the tile at kv_s[base:],
-    waited for. pa: P in registers (a dot operand) or in shared memory."""
+def _pv(W: gl.constexpr, pa, kv_s, base, scale, acc, RESCALE: gl.constexpr = True):
+    """O_W = O_W * scale + P V_W over this warpgroup's half of V of the tile at kv_s[base:],
+    waited for: one 64 x 256 wgmma (FlashMLA's shape; four 64 x 64 ones spill twice as much)
+    on its four [64, 64] blocks seen as one [64, 256] tile (Triton's NVMMA layout of a
+    [64, 256] tile is those four 128-byte-swizzled blocks one after the other: its TMA copy of
+    one is four [64, 64] messages 8 KB apart). pa: P in registers (a dot operand) or in
+    shared memory."""
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, 256, 16])
+    V_L: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TILE, 256], gl.bfloat16)
     if RESCALE:
-        acc0 = acc0 * scale[:, None]
-        acc1 = acc1 * scale[:, None]
-        acc2 = acc2 * scale[:, None]
-        acc3 = acc3 * scale[:, None]
-    acc0 = warpgroup_mma(pa, kv_s.index(base + 4 * W), acc0, is_async=True)
-    acc1 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 1), acc1, is_async=True)
-    acc2 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 2), acc2, is_async=True)
-    acc3 = warpgroup_mma(pa, kv_s.index(base + 4 * W + 3), acc3, is_async=True)
-    return warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1, acc2, acc3))
+        acc = acc * gl.convert_layout(scale, gl.SliceLayout(1, O_L))[:, None]
+    v = kv_s.index(base + 4 * W)._reinterpret(kv_s.dtype, [TILE, 256], V_L)
+    acc = warpgroup_mma(pa, v, acc, is_async=True)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
 
 @gluon.jit
@@ -149,10 +151,9 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
     m_i = gl.full([TILE], -float("inf"), gl.float32, layout=R_L)
     l_i = gl.zeros([TILE], gl.float32, layout=R_L)
     zero = gl.zeros([TILE, TILE], gl.float32, layout=S_L)
-    acc0 = zero
-    acc1 = zero
-    acc2 = zero
-    acc3 = zero
+    O_L: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, 256, 16])
+    acc = gl.zeros([TILE, 256], gl.float32, layout=O_L)  # O_W: this warpgroup's half
     # x_s rows: 0 m0, 1 alpha0 (warpgroup 0's), 2 m1, 3 alpha1 (warpgroup 1's)
     # xbar: 0 m0/alpha0 published, 1 m1/alpha1, 2 P_a in smem, 3 P_b in smem
     for j in range((n_tiles + 1) // 2):
@@ -192,8 +193,8 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
             fence_async_shared()
             gl.thread_barrier()
             if LEAN:
-                acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
-                                             acc0, acc1, acc2, acc3)
+                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
+                                             acc)
                 _done(kv_desc, bt, kv_s, ready, free, 0, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)  # V_a's left half: read by nobody else
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
@@ -203,8 +204,8 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
                 a1 = x_s.index(3).load(R_L)
                 l_i = l_i * a1
             else:  # FlashMLA's: P_a kept (fp32) until warpgroup 1's factor rescales it
-                acc0, acc1, acc2, acc3 = _pv(W, gl.convert_layout(p.to(dt), P_L), kv_s, ba,
-                                             a0, acc0, acc1, acc2, acc3)
+                acc = _pv(W, gl.convert_layout(p.to(dt), P_L), kv_s, ba,
+                                             a0, acc)
                 _done(kv_desc, bt, kv_s, ready, free, 0, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)
                 mbarrier.wait(xbar.index(1), xph)  # warpgroup 1's max over both tiles
@@ -219,8 +220,8 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
                       False)  # P_a written, not read here
                 mbarrier.wait(xbar.index(3), xph)
-            acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
-                                         acc0, acc1, acc2, acc3)
+            acc = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
+                                         acc)
             _done(kv_desc, bt, kv_s, ready, free, 0, sb, tb, start, n_tiles, PAGE, LOADER,
                   True)  # V_b's left half, after warpgroup 1's S (xbar 1)
             _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
@@ -252,14 +253,14 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
             gl.thread_barrier()
             mbarrier.arrive(xbar.index(1), count=1)
             if LEAN:  # O_1 = (O_1 a0 + P_a V_a) a1 + P_b V_b, both P from shared memory
-                acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
-                                             acc0, acc1, acc2, acc3)
+                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
+                                             acc)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)  # V_a's right half, after warpgroup 0's S
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)
-                acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
-                                             acc0, acc1, acc2, acc3)
+                acc = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
+                                             acc)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sb, tb, start, n_tiles, PAGE, LOADER,
                       True)
                 _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
@@ -268,13 +269,13 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
                 mbarrier.arrive(xbar.index(3), count=1)
                 _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
                       False)  # P_b written, not read here
-                acc0, acc1, acc2, acc3 = _pv(W, gl.convert_layout(pb, P_L), kv_s, bb, a0 * a1,
-                                             acc0, acc1, acc2, acc3)
+                acc = _pv(W, gl.convert_layout(pb, P_L), kv_s, bb, a0 * a1,
+                                             acc)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sb, tb, start, n_tiles, PAGE, LOADER,
                       True)
                 mbarrier.wait(xbar.index(2), xph)
-                acc0, acc1, acc2, acc3 = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a1,
-                                             acc0, acc1, acc2, acc3, RESCALE=False)
+                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a1,
+                                             acc, RESCALE=False)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
@@ -285,27 +286,22 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
     gl.thread_barrier()
     mbarrier.arrive(fin, count=1)
     mbarrier.wait(fin, 0)
-    l_t = l_s.index(0).load(R_L) + l_s.index(1).load(R_L)
+    OR_L: gl.constexpr = gl.SliceLayout(1, O_L)
+    l_t = l_s.index(0).load(OR_L) + l_s.index(1).load(OR_L)
     safe = gl.where(l_t > 0, l_t, 1.0)
-    h = hb * TILE + gl.arange(0, TILE, layout=R_L)
+    h = hb * TILE + gl.arange(0, TILE, layout=OR_L)
     hmask = (h < H)[:, None]
-    d = W * 256 + gl.arange(0, TILE, layout=C_L)
+    d = W * 256 + gl.arange(0, 256, layout=gl.SliceLayout(0, O_L))
     if ONE:
-        orow = O + b.to(gl.int64) * sob + h[:, None] * soh + d[None, :]
-        gl.store(orow, (acc0 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
-        gl.store(orow + 64, (acc1 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
-        gl.store(orow + 128, (acc2 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
-        gl.store(orow + 192, (acc3 / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
+        gl.store(O + b.to(gl.int64) * sob + h[:, None] * soh + d[None, :],
+                 (acc / safe[:, None]).to(O.dtype.element_ty), mask=hmask)
     else:
         prow = (b.to(gl.int64) * H + h) * n_splits + s_id
         if W == 0:
-            gl.store(Lp + prow, gl.where(l_t > 0, m_i + gl.log2(safe), -float("inf")),
+            m_o = gl.convert_layout(m_i, OR_L)
+            gl.store(Lp + prow, gl.where(l_t > 0, m_o + gl.log2(safe), -float("inf")),
                      mask=h < H)
-        orow = Op + prow[:, None] * 512 + d[None, :]
-        gl.store(orow, acc0 / safe[:, None], mask=hmask)
-        gl.store(orow + 64, acc1 / safe[:, None], mask=hmask)
-        gl.store(orow + 128, acc2 / safe[:, None], mask=hmask)
-        gl.store(orow + 192, acc3 / safe[:, None], mask=hmask)
+        gl.store(Op + prow[:, None] * 512 + d[None, :], acc / safe[:, None], mask=hmask)
 
 
 @gluon.jit
