@@ -193,8 +193,7 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
             fence_async_shared()
             gl.thread_barrier()
             if LEAN:
-                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
-                                             acc)
+                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0, acc)
                 _done(kv_desc, bt, kv_s, ready, free, 0, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)  # V_a's left half: read by nobody else
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
@@ -204,8 +203,7 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
                 a1 = x_s.index(3).load(R_L)
                 l_i = l_i * a1
             else:  # FlashMLA's: P_a kept (fp32) until warpgroup 1's factor rescales it
-                acc = _pv(W, gl.convert_layout(p.to(dt), P_L), kv_s, ba,
-                                             a0, acc)
+                acc = _pv(W, gl.convert_layout(p.to(dt), P_L), kv_s, ba, a0, acc)
                 _done(kv_desc, bt, kv_s, ready, free, 0, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)
                 mbarrier.wait(xbar.index(1), xph)  # warpgroup 1's max over both tiles
@@ -220,8 +218,7 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
                       False)  # P_a written, not read here
                 mbarrier.wait(xbar.index(3), xph)
-            acc = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
-                                         acc)
+            acc = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1, acc)
             _done(kv_desc, bt, kv_s, ready, free, 0, sb, tb, start, n_tiles, PAGE, LOADER,
                   True)  # V_b's left half, after warpgroup 1's S (xbar 1)
             _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
@@ -253,14 +250,12 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
             gl.thread_barrier()
             mbarrier.arrive(xbar.index(1), count=1)
             if LEAN:  # O_1 = (O_1 a0 + P_a V_a) a1 + P_b V_b, both P from shared memory
-                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0,
-                                             acc)
+                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a0, acc)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)  # V_a's right half, after warpgroup 0's S
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)
-                acc = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1,
-                                             acc)
+                acc = _pv(W, kv_s.index(bb + NBLK - 1), kv_s, bb, a1, acc)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sb, tb, start, n_tiles, PAGE, LOADER,
                       True)
                 _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
@@ -269,13 +264,11 @@ def _consume(W: gl.constexpr, kv_desc, bt, q_s, kv_s, x_s, l_s, ready, free, xba
                 mbarrier.arrive(xbar.index(3), count=1)
                 _done(kv_desc, bt, kv_s, ready, free, 2, sb, tb, start, n_tiles, PAGE, LOADER,
                       False)  # P_b written, not read here
-                acc = _pv(W, gl.convert_layout(pb, P_L), kv_s, bb, a0 * a1,
-                                             acc)
+                acc = _pv(W, gl.convert_layout(pb, P_L), kv_s, bb, a0 * a1, acc)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sb, tb, start, n_tiles, PAGE, LOADER,
                       True)
                 mbarrier.wait(xbar.index(2), xph)
-                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a1,
-                                             acc, RESCALE=False)
+                acc = _pv(W, kv_s.index(ba + NBLK - 1), kv_s, ba, a1, acc, RESCALE=False)
                 _done(kv_desc, bt, kv_s, ready, free, 1, sa, ta, start, n_tiles, PAGE, LOADER,
                       True)
                 _done(kv_desc, bt, kv_s, ready, free, 2, sa, ta, start, n_tiles, PAGE, LOADER,
