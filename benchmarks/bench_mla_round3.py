@@ -45,7 +45,7 @@ GRID = {"BLOCK_N": (32, 64), "STAGES": (2,), "GRID": (132, 264, 528), "num_warps
 PROJECT = {"mla_decode": ("fitted", "splitkv", "tma", "gluon_wgmma", "gluon_pingpong"),
            "mla_decode_mtp": ("fitted", "splitkv"),
            "mla_sparse_decode": ("rows", "splitkv", "gluon_wgmma", "gluon_pingpong"),
-           "mla_sparse_decode_fp8": ("rows",)}
+           "mla_sparse_decode_fp8": ("fitted", "rows")}
 
 
 @dataclass(frozen=True)

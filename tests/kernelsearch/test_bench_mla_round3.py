@@ -104,3 +104,8 @@ def test_configs_timed_pack_both_tokens_of_sixteen_heads_and_spread_tiles_and_gr
     big = r3.project_configs(get("mla_decode"), "splitkv", (8, 128, 131072, 64, 0), 6)
     assert {c["BLOCK_H"] for c in big} == {64} and {c["num_warps"] for c in big} == {8}
     assert r3.project_configs(get("mla_decode"), "no_such_variant", (8, 16, 4096, 64, 0), 6) == []
+    # the FP8 sparse kernel aimed at 16 heads is timed with its 16-row tile
+    assert "fitted" in r3.PROJECT["mla_sparse_decode_fp8"]
+    fp8 = r3.project_configs(get("mla_sparse_decode_fp8"), "fitted",
+                             (32, 16, 32768, 64, 2048, 0), 6)
+    assert fp8 and {c["BLOCK_H"] for c in fp8} == {16} and {c["num_warps"] for c in fp8} == {4}

@@ -130,9 +130,14 @@ def n_tokens(s) -> float:
     return float(B * min(topk, L)) if not ragged else float(B)
 
 
+# `fitted` (fitted.py): one launch for the memory-bound head counts (16 / 32 a GPU), the
+# split-KV schedule of mla_decode's `fitted` over the top-k tiles; its space is that variant's
+# (head blocks up to 64 rows, never more than the heads need) over GRID 132 to 528 programs
+FITTED = {**mla.FITTED_DIMS, "GRID": [132, 264, 528]}
+
 FAMILY = mla.family(
     "mla_sparse_decode_fp8", "forward(q, kv_cache, block_table, seq_lens, indices, scale)",
-    Path(__file__).parent, {"rows": {}},
+    Path(__file__).parent, {"rows": {}, "fitted": FITTED},
     n_tokens=n_tokens, int32_reads=lambda s: s[0] * s[4] * 4 + s[0] * 4, row_bytes=ROW_BYTES,
     shape_dims=("B", "H", "L", "P", "TOPK", "R"), exact_dims=("H", "P", "TOPK"),
     cheap=(1, 16, 100, 16, 33, 1), search=SEARCH, sweep=SWEEP, heldout=HELDOUT, tiny=TINY,
