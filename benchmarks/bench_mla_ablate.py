@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,12 @@ def main() -> int:
                          "checked against the reference, then timed; FILE:KEY=INT:... passes "
                          "forward those keywords too (gluon_seesaw.py:LEAN=0:LOADER=0)")
     a = ap.parse_args()
+    # before any import or output: a bad --kernels is one line, exit 2
+    for k in filter(None, a.kernels.split(",")):
+        path, *kv = k.split(":")
+        if not Path(path).is_file() or not all(re.fullmatch(r"[A-Za-z_]\w*=-?\d+", x)
+                                               for x in kv):
+            ap.error(f"--kernels {k}: expected FILE or FILE:KEY=INT:... with FILE a kernel source")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     import torch
